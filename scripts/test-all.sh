@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace: installs the pinned Node tooling (anvil,
+# solc-js, the official x402 clients), makes sure a Redis answers at
+# REDIS_URL (starting one if not, and stopping it afterwards), then runs
+# `cargo test` over the whole workspace with every feature.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
+
+need() { command -v "$1" >/dev/null 2>&1; }
+apt_install() {
+  if [ "$(id -u)" = 0 ] && need apt-get; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
+  else
+    echo "missing: $* (install it and run again)" >&2
+    exit 1
+  fi
+}
+
+# Node tooling, pinned by tests/js/package-lock.json.
+need node || apt_install nodejs npm
+if [ ! -x tests/js/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil ] \
+  || [ tests/js/package-lock.json -nt tests/js/node_modules/.package-lock.json ]; then
+  (cd tests/js && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+# Redis: use the one at REDIS_URL, or start one for this run.
+need redis-server || apt_install redis-server redis-tools
+started_redis=""
+redis_port=$(echo "$REDIS_URL" | sed -E 's#.*:([0-9]+)(/.*)?$#\1#')
+if ! redis-cli -u "$REDIS_URL" ping >/dev/null 2>&1; then
+  redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
+    --pidfile "/tmp/x402-test-redis-$redis_port.pid" >/dev/null
+  started_redis="/tmp/x402-test-redis-$redis_port.pid"
+  for _ in $(seq 50); do redis-cli -u "$REDIS_URL" ping >/dev/null 2>&1 && break; sleep 0.1; done
+fi
+cleanup() {
+  if [ -n "$started_redis" ] && [ -f "$started_redis" ]; then
+    kill "$(cat "$started_redis")" 2>/dev/null || true
+  fi
+}
+trap cleanup EXIT
+
+cargo test --workspace --all-features --no-fail-fast "$@"

@@ -1,0 +1,112 @@
+//! The adapters under test. Each serves an [`Engine`] in front of a
+//! [`TestHandler`] on `127.0.0.1:0` and returns the base URL.
+
+use std::{convert::Infallible, future::Future, sync::Arc};
+
+use axum::{
+    extract::{Request, State},
+    response::Response,
+    routing::get,
+    Router,
+};
+use http::Method;
+use hyper_util::{rt::TokioIo, service::TowerToHyperService};
+use tokio::net::TcpListener;
+use x402_core::{Engine, VerifiedPayment};
+
+use crate::TestHandler;
+
+/// A framework adapter the conformance suite runs against.
+///
+/// `serve` must put the handler behind the adapter's paywall for every path
+/// (including unknown spellings such as `/PAID`, which must still reach the
+/// handler if the paywall let them through), and return
+/// `http://127.0.0.1:<port>`.
+pub trait Adapter: Send + Sync + 'static {
+    /// Shown in the scenario count line.
+    const NAME: &'static str;
+
+    fn serve(engine: Engine, handler: Arc<TestHandler>) -> impl Future<Output = String> + Send;
+}
+
+/// Binds `127.0.0.1:0`.
+pub async fn bind() -> (TcpListener, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    (listener, url)
+}
+
+/// The paths the axum router names explicitly; anything else reaches the
+/// same handler through the fallback.
+pub const ROUTED_PATHS: [&str; 4] = ["/free", "/paid", "/stream", "/dynamic"];
+
+async fn axum_handler(State(handler): State<Arc<TestHandler>>, request: Request) -> Response {
+    let payment = request.extensions().get::<VerifiedPayment>();
+    handler.respond(request.method(), request.uri().path(), payment)
+}
+
+/// An axum router naming [`ROUTED_PATHS`] (GET, so HEAD is axum's) plus a
+/// fallback, without any paywall.
+pub fn axum_router(handler: Arc<TestHandler>) -> Router {
+    let mut router = Router::new();
+    for path in ROUTED_PATHS {
+        router = router.route(path, get(axum_handler));
+    }
+    router.fallback(axum_handler).with_state(handler)
+}
+
+/// `x402_axum::PaywallLayer` over a whole axum `Router`.
+#[derive(Debug, Clone, Copy)]
+pub struct AxumAdapter;
+
+impl Adapter for AxumAdapter {
+    const NAME: &'static str = "axum";
+
+    async fn serve(engine: Engine, handler: Arc<TestHandler>) -> String {
+        let app = axum_router(handler).layer(x402_axum::PaywallLayer::new(engine));
+        let (listener, url) = bind().await;
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        url
+    }
+}
+
+/// `x402_tower::PaywallLayer` over a `tower::service_fn`, served by hyper
+/// directly (no axum routing anywhere).
+#[derive(Debug, Clone, Copy)]
+pub struct TowerAdapter;
+
+impl Adapter for TowerAdapter {
+    const NAME: &'static str = "tower";
+
+    async fn serve(engine: Engine, handler: Arc<TestHandler>) -> String {
+        let inner = tower::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+            let handler = handler.clone();
+            async move {
+                let payment = request.extensions().get::<VerifiedPayment>();
+                let mut response = handler.respond(request.method(), request.uri().path(), payment);
+                if request.method() == Method::HEAD {
+                    *response.body_mut() = axum::body::Body::empty();
+                }
+                Ok::<_, Infallible>(response)
+            }
+        });
+        let service = tower::ServiceBuilder::new()
+            .layer(x402_tower::PaywallLayer::new(engine))
+            .service(inner);
+        let (listener, url) = bind().await;
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let service = TowerToHyperService::new(service.clone());
+                tokio::spawn(async move {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        url
+    }
+}

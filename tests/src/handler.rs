@@ -1,0 +1,128 @@
+//! The protected handler: counts its calls, logs `handler` into the
+//! [`EventLog`], and answers as it is told.
+
+use std::{
+    sync::{
+        atomic::{AtomicU8, AtomicUsize, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::{Method, Response, StatusCode};
+use serde_json::json;
+use x402_core::VerifiedPayment;
+
+use crate::{EventLog, SECRET};
+
+/// How the handler answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum HandlerMode {
+    /// 200 JSON `{"secret": SECRET, "path", "method", "payer"}`.
+    Json = 0,
+    /// 500 `handler exploded`.
+    Error500 = 1,
+    /// 200, a chunked body of [`STREAM_CHUNKS`] sent with pauses.
+    Stream = 2,
+}
+
+/// The chunks of a streaming body.
+pub const STREAM_CHUNKS: [&str; 3] = ["chunk-1;", "chunk-2;", SECRET];
+/// The body of a failing handler.
+pub const HANDLER_ERROR_BODY: &str = "handler exploded";
+
+/// A handler shared by an adapter's server and the test.
+#[derive(Debug)]
+pub struct TestHandler {
+    calls: AtomicUsize,
+    mode: AtomicU8,
+    events: EventLog,
+}
+
+impl TestHandler {
+    pub fn new(events: EventLog) -> Arc<Self> {
+        Arc::new(Self {
+            calls: AtomicUsize::new(0),
+            mode: AtomicU8::new(HandlerMode::Json as u8),
+            events,
+        })
+    }
+
+    pub fn set_mode(&self, mode: HandlerMode) {
+        self.mode.store(mode as u8, Ordering::SeqCst);
+    }
+
+    fn mode(&self) -> HandlerMode {
+        match self.mode.load(Ordering::SeqCst) {
+            1 => HandlerMode::Error500,
+            2 => HandlerMode::Stream,
+            _ => HandlerMode::Json,
+        }
+    }
+
+    /// How many times the handler ran.
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    /// Asserts the handler call count.
+    #[track_caller]
+    pub fn assert_calls(&self, n: usize) {
+        assert_eq!(self.calls(), n, "handler call count");
+    }
+
+    /// Answers a request (any framework: the adapter passes the parts).
+    pub fn respond(
+        &self,
+        method: &Method,
+        path: &str,
+        payment: Option<&VerifiedPayment>,
+    ) -> Response<Body> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.events.push("handler");
+        match self.mode() {
+            HandlerMode::Json => {
+                let body = json!({
+                    "secret": SECRET,
+                    "path": path,
+                    "method": method.as_str(),
+                    "payer": payment.and_then(|p| p.payer.clone()),
+                    "paid": payment.is_some(),
+                });
+                Response::builder()
+                    .status(StatusCode::OK)
+                    .header("content-type", "application/json")
+                    .header("x-handler", "yes")
+                    .body(Body::from(body.to_string()))
+                    .unwrap()
+            }
+            HandlerMode::Error500 => Response::builder()
+                .status(StatusCode::INTERNAL_SERVER_ERROR)
+                .header("content-type", "text/plain")
+                .header("x-handler", "yes")
+                .body(Body::from(HANDLER_ERROR_BODY))
+                .unwrap(),
+            HandlerMode::Stream => {
+                let stream = futures_util::stream::unfold(0usize, |i| async move {
+                    let chunk = STREAM_CHUNKS.get(i)?;
+                    if i > 0 {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    Some((
+                        Ok::<_, std::io::Error>(Bytes::from_static(chunk.as_bytes())),
+                        i + 1,
+                    ))
+                });
+                Response::builder()
+                    .status(StatusCode::OK)
+                    .header("content-type", "text/plain")
+                    .header("x-handler", "yes")
+                    .body(Body::from_stream(stream))
+                    .unwrap()
+            }
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! Behavioural conformance harness for the x402 seller crates.
+//!
+//! - [`standin`]: a real HTTP facilitator stand-in (axum on `127.0.0.1:0`)
+//!   whose `/verify` and `/settle` behaviour is switched at run time and which
+//!   records every request body.
+//! - [`handler`]: the protected "business" handler, counting its calls.
+//! - [`adapters`]: the [`Adapter`] trait and one implementation per framework
+//!   adapter (axum router layer, plain tower over hyper).
+//! - [`payment`]: v1/v2 payment header builders.
+//! - [`client`]: a reqwest client and a [`Reply`] with decoding helpers.
+//! - [`suite`]: every scenario as a generic `async fn` over an [`Adapter`],
+//!   instantiated per adapter with [`conformance_tests!`].
+//!
+//! A new adapter (actix, say) implements [`Adapter`] and calls
+//! `x402_tests::conformance_tests!(MyAdapter);` in a test file.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout,
+    missing_docs
+)]
+
+pub mod adapters;
+pub mod client;
+pub mod handler;
+pub mod payment;
+pub mod standin;
+pub mod suite;
+
+use std::sync::{Arc, Mutex};
+
+pub use adapters::{Adapter, AxumAdapter, TowerAdapter};
+pub use client::{Fixture, Reply};
+pub use handler::{HandlerMode, TestHandler};
+pub use standin::{SettleMode, StandIn, VerifyMode};
+
+/// The seller's address in every test route.
+pub const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
+/// The payer the stand-in reports.
+pub const PAYER: &str = "0x857b06519E91e3A54538791bDbb0E22373e36b66";
+/// Base Sepolia USDC, the default asset of `eip155:84532`.
+pub const USDC_BASE_SEPOLIA: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
+/// The transaction hash the stand-in reports on success.
+pub const TX_HASH: &str = "0xabc0000000000000000000000000000000000000000000000000000000000def";
+/// Text only the paid handler's body contains: must never leak unpaid.
+pub const SECRET: &str = "top-secret-paid-content-7f3a";
+/// The route description (with markup that the paywall must escape).
+pub const DESCRIPTION: &str = "Premium <script>alert(\"x\")</script> report";
+
+/// An ordered log of what happened, shared by the stand-in (`verify`,
+/// `settle`) and the handler (`handler`), to assert ordering.
+#[derive(Debug, Clone, Default)]
+pub struct EventLog(Arc<Mutex<Vec<&'static str>>>);
+
+impl EventLog {
+    pub fn push(&self, event: &'static str) {
+        self.0.lock().unwrap().push(event);
+    }
+
+    pub fn events(&self) -> Vec<&'static str> {
+        self.0.lock().unwrap().clone()
+    }
+}

@@ -1,0 +1,73 @@
+//! Payment header builders. The stand-in does not check signatures; these
+//! only have the right shape.
+
+use serde_json::{json, Value};
+use x402_core::codec;
+
+use crate::{PAYER, PAY_TO};
+
+/// `0x` + hex of `n` random bytes.
+pub fn random_hex(n: usize) -> String {
+    let mut out = String::with_capacity(2 + 2 * n);
+    out.push_str("0x");
+    for _ in 0..n {
+        out.push_str(&format!("{:02x}", rand::random::<u8>()));
+    }
+    out
+}
+
+/// An EIP-3009 `exact` payload: a 65-byte signature and an authorization
+/// with a random 32-byte nonce.
+pub fn eip3009_payload(to: &str, value: &str) -> Value {
+    json!({
+        "signature": random_hex(65),
+        "authorization": {
+            "from": PAYER,
+            "to": to,
+            "value": value,
+            "validAfter": "0",
+            "validBefore": "99999999999",
+            "nonce": random_hex(32),
+        }
+    })
+}
+
+/// The v2 payment JSON for `accepted` (a row copied from a 402's `accepts`).
+pub fn v2_payment(accepted: &Value, resource: Option<&Value>) -> Value {
+    let to = accepted["payTo"].as_str().unwrap_or(PAY_TO);
+    let value = accepted["amount"].as_str().unwrap_or("0");
+    let mut payment = json!({
+        "x402Version": 2,
+        "accepted": accepted,
+        "payload": eip3009_payload(to, value),
+    });
+    if let Some(resource) = resource {
+        payment["resource"] = resource.clone();
+    }
+    payment
+}
+
+/// A `PAYMENT-SIGNATURE` value for `accepted`.
+pub fn v2_header(accepted: &Value) -> String {
+    encode(&v2_payment(accepted, None))
+}
+
+/// The v1 payment JSON (`X-PAYMENT`) for `(scheme, network)`.
+pub fn v1_payment(scheme: &str, network: &str, amount: &str) -> Value {
+    json!({
+        "x402Version": 1,
+        "scheme": scheme,
+        "network": network,
+        "payload": eip3009_payload(PAY_TO, amount),
+    })
+}
+
+/// An `X-PAYMENT` value: `exact` on `network` (a v1 name).
+pub fn v1_header(network: &str) -> String {
+    encode(&v1_payment("exact", network, "10000"))
+}
+
+/// Base64 of any JSON with the crate's own codec.
+pub fn encode(value: &Value) -> String {
+    codec::encode(value).unwrap()
+}

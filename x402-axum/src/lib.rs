@@ -1,0 +1,51 @@
+//! x402 for axum: the paywall layer for a router or a single route, and an
+//! extractor that hands the handler its verified payment.
+//!
+//! ```
+//! use axum::{routing::get, Router};
+//! use x402_axum::{Payment, PaywallLayer};
+//! use x402_core::{Engine, Offer, Route};
+//! # use x402_core::facilitator::{Facilitator, FacilitatorError};
+//! # use x402_core::proto::*;
+//! # #[derive(Debug)] struct Nobody;
+//! # #[async_trait::async_trait] impl Facilitator for Nobody {
+//! #   async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
+//! #   async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
+//! #   async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> { Ok(Default::default()) }
+//! # }
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let engine = Engine::builder(Nobody)
+//!     .route(Route::get("/premium").offer(Offer::exact(
+//!         "eip155:84532",
+//!         "$0.01",
+//!         "0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
+//!     )))
+//!     .build()?;
+//!
+//! async fn premium(Payment(payment): Payment) -> String {
+//!     format!("thanks, {}", payment.payer.unwrap_or_default())
+//! }
+//!
+//! let app: Router = Router::new()
+//!     .route("/premium", get(premium))
+//!     .route("/free", get(|| async { "free" }))
+//!     .layer(PaywallLayer::new(engine));
+//! # let _ = app; Ok(()) }
+//! ```
+//!
+//! The layer can also wrap one route (`get(handler).layer(PaywallLayer::new(engine))`);
+//! the engine's route table still decides what is paid, so a route the table
+//! does not list passes through.
+
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+mod extract;
+#[cfg(feature = "facilitator-server")]
+#[cfg_attr(docsrs, doc(cfg(feature = "facilitator-server")))]
+mod facilitator;
+
+pub use self::extract::{MissingPaywall, OptionalPayment, Payment};
+#[cfg(feature = "facilitator-server")]
+pub use self::facilitator::facilitator_router;
+pub use x402_core::{self as core, Engine, Offer, Route, VerifiedPayment};
+pub use x402_tower::{Paywall, PaywallBody, PaywallLayer};

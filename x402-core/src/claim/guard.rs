@@ -1,0 +1,399 @@
+//! The replay guard: the after-verify hook that claims each payment.
+
+use std::{fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+
+use super::{
+    claim_key, ClaimKey, ClaimKeyError, ClaimStore, ClaimStoreError, Claimed, MemoryClaimStore,
+};
+use crate::{
+    hooks::{AfterVerify, CancelReason, HookError, PaymentContext, PaymentHooks},
+    proto::VerifyResponse,
+};
+
+/// The default [deadline](ReplayGuard::deadline) of a store call.
+const DEFAULT_DEADLINE: Duration = Duration::from_millis(250);
+
+/// The default `Retry-After` of a `503 claim_unavailable`.
+const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// How long a store call that missed its deadline is still awaited in the
+/// background (to release a claim that lands late) before it is dropped.
+const LATE_ANSWER_WAIT: Duration = Duration::from_secs(60);
+
+/// The reason of a refused replay.
+const REPLAYED: &str = "payment_replayed";
+
+/// The reason of a `503` when the store is down or slow.
+const UNAVAILABLE: &str = "claim_unavailable";
+
+/// At most this many characters of a key are logged.
+const KEY_LOG_LEN: usize = 48;
+
+/// A store call, boxed so that it can outlive the request that started it.
+type StoreCall<T> = Pin<Box<dyn Future<Output = Result<T, ClaimStoreError>> + Send + 'static>>;
+
+/// The replay guard: claims every verified payment once, before the
+/// handler runs. Register it with `EngineBuilder::hooks`; see the
+/// [module docs](super) for the outcomes.
+///
+/// ```
+/// use std::time::Duration;
+/// use x402_core::claim::{MemoryClaimStore, ReplayGuard};
+///
+/// let guard = ReplayGuard::new(MemoryClaimStore::new())
+///     .deadline(Duration::from_millis(100))
+///     .allow_unclaimable_route("/free-trial/*");
+/// # let _ = guard;
+/// ```
+///
+/// # How the defaults were chosen
+///
+/// - **Fail closed.** When the store errors or misses its deadline, the
+///   payment is refused with `503 claim_unavailable` and a `Retry-After`
+///   (1 s): serving unclaimed would let one signed payment buy many
+///   responses while the store is down. [`dangerous_fail_open`] trades that
+///   for availability.
+/// - **A 250 ms deadline** per store call ([`deadline`]), so a slow or
+///   unreachable store costs a buyer a quarter of a second, never a hung
+///   request. A call that misses the deadline is not dropped: it keeps
+///   running in the background (up to 60 s), and if its claim lands after
+///   all, it is released, since its request was refused. An honest retry
+///   then succeeds.
+/// - **Unkeyable payments are refused** (`402 claim_unsupported`): a
+///   payment this crate cannot name could be replayed freely. Opt out with
+///   [`allow_unclaimable`] or per route with [`allow_unclaimable_route`].
+/// - **Release on failure, never after settlement.** When the handler fails
+///   (≥ 400), is aborted, or a later hook refuses, the claim is released so
+///   the buyer can retry with the same authorization. Once a settlement has
+///   been attempted the claim is kept until it expires: money may have
+///   moved.
+///
+/// [`dangerous_fail_open`]: Self::dangerous_fail_open
+/// [`deadline`]: Self::deadline
+/// [`allow_unclaimable`]: Self::allow_unclaimable
+/// [`allow_unclaimable_route`]: Self::allow_unclaimable_route
+#[derive(Clone)]
+pub struct ReplayGuard {
+    store: Arc<dyn ClaimStore>,
+    deadline: Duration,
+    retry_after: Duration,
+    fail_open: bool,
+    allow_unclaimable: bool,
+    unclaimable_routes: Vec<String>,
+}
+
+impl fmt::Debug for ReplayGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReplayGuard")
+            .field("store", &format_args!("dyn ClaimStore"))
+            .field("deadline", &self.deadline)
+            .field("retry_after", &self.retry_after)
+            .field("fail_open", &self.fail_open)
+            .field("allow_unclaimable", &self.allow_unclaimable)
+            .field("unclaimable_routes", &self.unclaimable_routes)
+            .finish()
+    }
+}
+
+impl Default for ReplayGuard {
+    fn default() -> Self {
+        Self::memory()
+    }
+}
+
+impl ReplayGuard {
+    /// A guard over `store`, with the safe defaults described above.
+    pub fn new(store: impl ClaimStore) -> Self {
+        Self {
+            store: Arc::new(store),
+            deadline: DEFAULT_DEADLINE,
+            retry_after: DEFAULT_RETRY_AFTER,
+            fail_open: false,
+            allow_unclaimable: false,
+            unclaimable_routes: Vec::new(),
+        }
+    }
+
+    /// A guard over a new [`MemoryClaimStore`] (one process only).
+    pub fn memory() -> Self {
+        Self::new(MemoryClaimStore::new())
+    }
+
+    /// How long each store call may take before the payment is refused with
+    /// `503 claim_unavailable` (default 250 ms). A store that answers
+    /// without waiting (the memory store) is never cut off, even with
+    /// [`Duration::ZERO`].
+    #[must_use]
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// The `Retry-After` of a `503 claim_unavailable` (default 1 s).
+    #[must_use]
+    pub fn retry_after(mut self, retry_after: Duration) -> Self {
+        self.retry_after = retry_after;
+        self
+    }
+
+    /// Lets payments through **unclaimed** when the store errors or misses
+    /// its deadline, instead of answering `503` (default `false`).
+    ///
+    /// # Security
+    ///
+    /// While the store is down, one signed payment can then be replayed to
+    /// run the handler many times; only one copy will settle. Every payment
+    /// let through this way is logged at `warn`. A claim that lands late is
+    /// kept (its payment went ahead), and replays it then detects are
+    /// logged.
+    #[must_use]
+    pub fn dangerous_fail_open(mut self, fail_open: bool) -> Self {
+        self.fail_open = fail_open;
+        self
+    }
+
+    /// Lets through payments that cannot be claimed because this crate does
+    /// not know how to key them ([`ClaimKeyError::Unsupported`]: another
+    /// network family, or an EVM payload of an unknown shape) on every
+    /// route, instead of refusing them with `402 claim_unsupported`
+    /// (default `false`). Such payments are not protected against replay.
+    ///
+    /// Malformed payloads and over-long authorizations are refused anyway.
+    #[must_use]
+    pub fn allow_unclaimable(mut self, allow: bool) -> Self {
+        self.allow_unclaimable = allow;
+        self
+    }
+
+    /// Like [`allow_unclaimable`](Self::allow_unclaimable), for the route
+    /// whose pattern is exactly `route_pattern` (as it was registered).
+    #[must_use]
+    pub fn allow_unclaimable_route(mut self, route_pattern: impl Into<String>) -> Self {
+        self.unclaimable_routes.push(route_pattern.into());
+        self
+    }
+
+    fn allows_unclaimable(&self, route: &str) -> bool {
+        self.allow_unclaimable || self.unclaimable_routes.iter().any(|r| r == route)
+    }
+
+    /// A payment without a claim key: let through or refuse.
+    fn unkeyable(
+        &self,
+        ctx: &PaymentContext<'_>,
+        payer: &str,
+        error: &ClaimKeyError,
+    ) -> AfterVerify {
+        if matches!(error, ClaimKeyError::Unsupported { .. }) && self.allows_unclaimable(ctx.route)
+        {
+            tracing::debug!(
+                route = ctx.route,
+                network = ctx.network,
+                payer,
+                "x402: payment has no replay claim key; allowed unclaimed"
+            );
+            return AfterVerify::Continue;
+        }
+        tracing::warn!(
+            error = %error,
+            route = ctx.route,
+            network = ctx.network,
+            payer,
+            "x402: payment refused: no replay claim"
+        );
+        AfterVerify::Abort {
+            reason: error.reason().to_owned(),
+        }
+    }
+
+    /// Runs `call` until the deadline. On time, its answer; late, the call
+    /// itself, still running, for the caller to hand to a background task.
+    async fn bounded<T>(
+        &self,
+        mut call: StoreCall<T>,
+    ) -> Result<Result<T, ClaimStoreError>, StoreCall<T>> {
+        match tokio::time::timeout(self.deadline, &mut call).await {
+            Ok(answer) => Ok(answer),
+            Err(_elapsed) => Err(call),
+        }
+    }
+}
+
+#[async_trait]
+impl PaymentHooks for ReplayGuard {
+    async fn after_verify(
+        &self,
+        ctx: &PaymentContext<'_>,
+        verdict: &VerifyResponse,
+    ) -> Result<AfterVerify, HookError> {
+        let payer = verdict.payer.as_deref().unwrap_or_default();
+        let ClaimKey { key, expires_at } =
+            match claim_key(ctx.payload, ctx.requirements, ctx.network) {
+                Ok(claim) => claim,
+                Err(e) => return Ok(self.unkeyable(ctx, payer, &e)),
+            };
+
+        let call: StoreCall<Claimed> = {
+            let store = Arc::clone(&self.store);
+            let key = key.clone();
+            Box::pin(async move { store.claim(&key, expires_at).await })
+        };
+        let answer = match self.bounded(call).await {
+            Ok(answer) => answer,
+            Err(call) => {
+                // Keep the claim running: if it lands, release it (the
+                // request is refused), or keep it when failing open (the
+                // payment goes ahead).
+                let store = Arc::clone(&self.store);
+                tokio::spawn(finish_late_claim(store, key.clone(), call, !self.fail_open));
+                Err(ClaimStoreError::TimedOut(self.deadline))
+            }
+        };
+
+        let key_log = KeyForLog(&key);
+        match answer {
+            Ok(Claimed::Claimed) => {
+                tracing::debug!(network = ctx.network, payer, key = %key_log, "x402: payment claimed");
+                Ok(AfterVerify::Continue)
+            }
+            Ok(Claimed::AlreadyClaimed) => {
+                tracing::warn!(
+                    network = ctx.network,
+                    payer,
+                    key = %key_log,
+                    "x402: payment refused: already claimed (replay)"
+                );
+                Ok(AfterVerify::Abort {
+                    reason: REPLAYED.to_owned(),
+                })
+            }
+            Err(error) if self.fail_open => {
+                tracing::warn!(
+                    error = %error,
+                    network = ctx.network,
+                    payer,
+                    key = %key_log,
+                    "x402: claim store unavailable; dangerous_fail_open lets the payment through UNCLAIMED"
+                );
+                Ok(AfterVerify::Continue)
+            }
+            Err(error) => {
+                tracing::warn!(
+                    error = %error,
+                    network = ctx.network,
+                    payer,
+                    key = %key_log,
+                    "x402: claim store unavailable; payment refused (503)"
+                );
+                Err(HookError::Unavailable {
+                    reason: UNAVAILABLE,
+                    retry_after: self.retry_after,
+                    source: Some(Box::new(error)),
+                })
+            }
+        }
+    }
+
+    async fn on_payment_canceled(&self, ctx: &PaymentContext<'_>, reason: CancelReason) {
+        // The key is a function of the payment: recompute it. A payment
+        // without a key was let through unclaimed; nothing to release.
+        let Ok(ClaimKey { key, .. }) = claim_key(ctx.payload, ctx.requirements, ctx.network) else {
+            return;
+        };
+        let call: StoreCall<()> = {
+            let store = Arc::clone(&self.store);
+            let key = key.clone();
+            Box::pin(async move { store.release(&key).await })
+        };
+        let key_log = KeyForLog(&key);
+        match self.bounded(call).await {
+            Ok(Ok(())) => {
+                tracing::debug!(network = ctx.network, key = %key_log, ?reason, "x402: claim released");
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(
+                    error = %error,
+                    network = ctx.network,
+                    key = %key_log,
+                    ?reason,
+                    "x402: could not release a claim; it is kept until it expires"
+                );
+            }
+            Err(call) => {
+                tracing::debug!(network = ctx.network, key = %key_log, "x402: claim release is slow; finishing it in the background");
+                tokio::spawn(finish_late_release(key, call));
+            }
+        }
+    }
+}
+
+/// Waits for a claim that missed its deadline; if it landed and `release`
+/// is set (its request was refused), releases it.
+async fn finish_late_claim(
+    store: Arc<dyn ClaimStore>,
+    key: String,
+    call: StoreCall<Claimed>,
+    release: bool,
+) {
+    let key_log = KeyForLog(&key);
+    match tokio::time::timeout(LATE_ANSWER_WAIT, call).await {
+        Ok(Ok(Claimed::Claimed)) if release => {
+            tracing::info!(key = %key_log, "x402: a claim landed after its request was refused; releasing it");
+            let call: StoreCall<()> = {
+                let key = key.clone();
+                Box::pin(async move { store.release(&key).await })
+            };
+            finish_late_release(key, call).await;
+        }
+        Ok(Ok(Claimed::Claimed)) => {
+            tracing::info!(key = %key_log, "x402: a late claim landed; the payment let through is now claimed");
+        }
+        Ok(Ok(Claimed::AlreadyClaimed)) if !release => {
+            tracing::warn!(
+                key = %key_log,
+                "x402: a payment let through by dangerous_fail_open was a replay"
+            );
+        }
+        Ok(Ok(Claimed::AlreadyClaimed)) => {}
+        Ok(Err(error)) => {
+            tracing::debug!(error = %error, key = %key_log, "x402: a late claim failed; nothing to release");
+        }
+        Err(_elapsed) => {
+            tracing::warn!(
+                key = %key_log,
+                "x402: claim store gave no answer within 60 s; if the claim lands later it is kept until it expires"
+            );
+        }
+    }
+}
+
+/// Waits for a release that missed its deadline.
+async fn finish_late_release(key: String, call: StoreCall<()>) {
+    let key_log = KeyForLog(&key);
+    match tokio::time::timeout(LATE_ANSWER_WAIT, call).await {
+        Ok(Ok(())) => tracing::debug!(key = %key_log, "x402: claim released (late)"),
+        Ok(Err(error)) => tracing::warn!(
+            error = %error,
+            key = %key_log,
+            "x402: could not release a claim; it is kept until it expires"
+        ),
+        Err(_elapsed) => tracing::warn!(
+            key = %key_log,
+            "x402: claim store gave no answer to a release within 60 s; the claim may be kept until it expires"
+        ),
+    }
+}
+
+/// A claim key shortened for logs.
+struct KeyForLog<'a>(&'a str);
+
+impl fmt::Display for KeyForLog<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.char_indices().nth(KEY_LOG_LEN) {
+            Some((end, _)) => write!(f, "{}…", self.0.get(..end).unwrap_or_default()),
+            None => f.write_str(self.0),
+        }
+    }
+}

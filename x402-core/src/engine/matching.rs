@@ -1,0 +1,122 @@
+//! Matching a payment to one of the requirements a route offers (spec §7).
+
+use crate::{
+    network,
+    proto::{v1, v2, JsonObject},
+    route::EXACT,
+};
+
+/// Addresses compare case-insensitively on EVM (`0x…`), exactly elsewhere
+/// (Solana's base58 is case-sensitive).
+fn same_address(a: &str, b: &str) -> bool {
+    if a.starts_with("0x") && b.starts_with("0x") {
+        a.eq_ignore_ascii_case(b)
+    } else {
+        a == b
+    }
+}
+
+/// Every key the server put in `extra` is echoed with the same value; the
+/// client may add keys.
+fn extra_echoed(server: &JsonObject, client: &JsonObject) -> bool {
+    server.iter().all(|(k, v)| client.get(k) == Some(v))
+}
+
+/// The server's requirement a v2 payment's `accepted` refers to: `scheme`,
+/// `network`, `amount`, `asset`, `payTo` and `maxTimeoutSeconds` equal, and
+/// the server's `extra` echoed.
+pub(crate) fn match_v2<'a>(
+    accepts: &'a [v2::PaymentRequirements],
+    accepted: &v2::PaymentRequirements,
+) -> Option<&'a v2::PaymentRequirements> {
+    accepts.iter().find(|r| {
+        r.scheme == accepted.scheme
+            && r.network == accepted.network
+            && r.amount == accepted.amount
+            && same_address(&r.asset, &accepted.asset)
+            && same_address(&r.pay_to, &accepted.pay_to)
+            && r.max_timeout_seconds == accepted.max_timeout_seconds
+            && extra_echoed(&r.extra, &accepted.extra)
+    })
+}
+
+/// The server's requirement a v1 payment refers to: `(scheme, network)`
+/// equal, among the rows the v1 challenge offers. The facilitator checks the
+/// amount and recipient against the server's row.
+pub(crate) fn match_v1<'a>(
+    accepts: &'a [v2::PaymentRequirements],
+    payment: &v1::PaymentPayload,
+) -> Option<&'a v2::PaymentRequirements> {
+    accepts.iter().find(|r| {
+        r.scheme == EXACT
+            && r.scheme == payment.scheme
+            && network::legacy_v1_accepts(&r.network)
+            && network::v1_name(&r.network) == Some(payment.network.as_str())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::money::AtomicAmount;
+
+    fn row() -> v2::PaymentRequirements {
+        serde_json::from_value(json!({
+            "scheme": "exact", "network": "eip155:84532", "amount": "10000",
+            "asset": "0x036CbD53842c5426634e7929541eC2318f3dCF7e",
+            "payTo": "0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
+            "maxTimeoutSeconds": 60, "extra": {"name": "USDC", "version": "2"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn v2_rule() {
+        let accepts = [row()];
+        let mut a = row();
+        assert!(match_v2(&accepts, &a).is_some());
+        a.asset = a.asset.to_lowercase();
+        a.extra.insert("client".into(), json!(1));
+        assert!(
+            match_v2(&accepts, &a).is_some(),
+            "case and added extra keys are tolerated"
+        );
+        for mutate in [
+            (|r: &mut v2::PaymentRequirements| {
+                r.pay_to = "0x0000000000000000000000000000000000000001".into()
+            }) as fn(&mut _),
+            |r| r.amount = AtomicAmount::from(9999u64),
+            |r| r.asset = "0x0000000000000000000000000000000000000002".into(),
+            |r| r.network = "eip155:8453".into(),
+            |r| r.scheme = "upto".into(),
+            |r| r.max_timeout_seconds = 61,
+            |r| {
+                r.extra.insert("name".into(), json!("USD Coin"));
+            },
+            |r| {
+                r.extra.remove("version");
+            },
+        ] {
+            let mut a = row();
+            mutate(&mut a);
+            assert!(match_v2(&accepts, &a).is_none(), "{a:?}");
+        }
+    }
+
+    #[test]
+    fn v1_rule() {
+        let accepts = [row()];
+        let p = |network: &str, scheme: &str| -> v1::PaymentPayload {
+            serde_json::from_value(
+                json!({"x402Version": 1, "scheme": scheme, "network": network, "payload": {}}),
+            )
+            .unwrap()
+        };
+        assert!(match_v1(&accepts, &p("base-sepolia", "exact")).is_some());
+        assert!(match_v1(&accepts, &p("base", "exact")).is_none());
+        assert!(match_v1(&accepts, &p("eip155:84532", "exact")).is_none());
+        assert!(match_v1(&accepts, &p("base-sepolia", "upto")).is_none());
+    }
+}

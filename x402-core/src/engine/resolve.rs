@@ -1,0 +1,140 @@
+//! Offers → requirements.
+
+use serde_json::Value;
+
+use crate::{
+    money::PriceError,
+    network::{self, Family, TransferMethod},
+    proto::{v2, JsonObject, SupportedResponse, X402Version},
+    route::{Offer, UPTO},
+};
+
+/// Why an offer cannot become a requirement.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OfferError {
+    /// The price is unusable.
+    #[error("offer on {network}: {source}")]
+    Price {
+        /// The network.
+        network: String,
+        /// Why.
+        #[source]
+        source: PriceError,
+    },
+    /// No asset given and the network has no default stablecoin.
+    #[error("offer on {0}: no asset given and the network has no default stablecoin")]
+    NoAsset(String),
+    /// An EVM EIP-3009 offer without the token's EIP-712 name and version.
+    #[error("offer on {0}: an EIP-3009 asset needs its EIP-712 name and version")]
+    NoEip712Domain(String),
+    /// The facilitator does not list what the offer needs from it
+    /// (`feePayer` for Solana, `facilitatorAddress` for `upto`).
+    #[error("offer {scheme} on {network}: the facilitator's /supported has no {field}")]
+    MissingFacilitatorExtra {
+        /// The scheme.
+        scheme: String,
+        /// The network.
+        network: String,
+        /// The `extra` field that is missing.
+        field: &'static str,
+    },
+    /// The network id is not CAIP-2.
+    #[error("offer network {0:?} is not a CAIP-2 id (e.g. eip155:84532)")]
+    NetworkNotCaip2(String),
+}
+
+/// Whether resolving this offer needs the facilitator's `/supported`.
+pub(crate) fn needs_supported(offer: &Offer) -> bool {
+    offer.scheme == UPTO || network::family(&offer.network) == Family::Svm
+}
+
+/// Turns an offer into the v2 requirement the challenge advertises.
+pub(crate) fn resolve_offer(
+    offer: &Offer,
+    supported: Option<&SupportedResponse>,
+) -> Result<v2::PaymentRequirements, OfferError> {
+    if !offer.network.contains(':') {
+        return Err(OfferError::NetworkNotCaip2(offer.network.clone()));
+    }
+    let default = network::default_stablecoin(&offer.network);
+    let (address, decimals, eip712, method) = match (&offer.asset, default) {
+        (Some(a), _) => (
+            a.address.clone(),
+            a.decimals,
+            a.eip712.clone(),
+            a.transfer_method,
+        ),
+        (None, Some(c)) => (
+            c.address.to_owned(),
+            c.decimals,
+            (!c.eip712_name.is_empty())
+                .then(|| (c.eip712_name.to_owned(), c.eip712_version.to_owned())),
+            Some(c.transfer_method),
+        ),
+        (None, None) => return Err(OfferError::NoAsset(offer.network.clone())),
+    };
+    let price = offer.price.clone().map_err(|source| OfferError::Price {
+        network: offer.network.clone(),
+        source,
+    })?;
+    let amount = price
+        .to_atomic(decimals)
+        .map_err(|source| OfferError::Price {
+            network: offer.network.clone(),
+            source,
+        })?;
+
+    let mut extra = JsonObject::new();
+    let family = network::family(&offer.network);
+    if family == Family::Evm {
+        let permit2 = offer.scheme == UPTO || method == Some(TransferMethod::Permit2);
+        match (&eip712, permit2) {
+            (Some((name, version)), _) => {
+                extra.insert("name".into(), Value::String(name.clone()));
+                extra.insert("version".into(), Value::String(version.clone()));
+            }
+            (None, false) => return Err(OfferError::NoEip712Domain(offer.network.clone())),
+            (None, true) => {}
+        }
+        if permit2 {
+            extra.insert(
+                "assetTransferMethod".into(),
+                Value::String("permit2".into()),
+            );
+        }
+    }
+    let facilitator_field = if offer.scheme == UPTO {
+        Some("facilitatorAddress")
+    } else if family == Family::Svm {
+        Some("feePayer")
+    } else {
+        None
+    };
+    if let Some(field) = facilitator_field {
+        let value = supported
+            .and_then(|s| s.kind(X402Version::V2, &offer.scheme, &offer.network))
+            .and_then(|k| k.extra.as_ref())
+            .and_then(|e| e.get(field))
+            .cloned()
+            .ok_or_else(|| OfferError::MissingFacilitatorExtra {
+                scheme: offer.scheme.clone(),
+                network: offer.network.clone(),
+                field,
+            })?;
+        extra.insert(field.into(), value);
+    }
+    for (k, v) in &offer.extra {
+        extra.insert(k.clone(), v.clone());
+    }
+    Ok(v2::PaymentRequirements {
+        scheme: offer.scheme.clone(),
+        network: offer.network.clone(),
+        amount,
+        asset: address,
+        pay_to: offer.pay_to.clone(),
+        max_timeout_seconds: offer.max_timeout_seconds,
+        extra,
+        other: JsonObject::new(),
+    })
+}

@@ -1,0 +1,276 @@
+//! Every response the engine makes, mapped in one place.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+
+use crate::{
+    challenge, codec, network,
+    paywall::Paywall,
+    proto::{v2, JsonObject, SettleResponse, X402Version},
+};
+
+/// The response type the engine produces; adapters convert the body.
+pub type EngineResponse = Response<Bytes>;
+
+/// `Access-Control-Expose-Headers` value on every engine response, so browser
+/// clients can read the payment headers cross-origin.
+pub const EXPOSE_HEADERS: HeaderValue = HeaderValue::from_static(
+    "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-PAYMENT-RESPONSE, X-PAYMENT-SESSION, X-PAYMENT-SESSION-REMAINING",
+);
+
+/// Why the engine refused to serve a protected request, with the status and
+/// reason code each maps to. This is the outcomes table of the design, and
+/// the one place it is written.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// No payment header: 402 `payment_required`.
+    PaymentRequired,
+    /// A payment header that could not be read: 402 with the decode reason.
+    InvalidHeader(&'static str),
+    /// A payment that matches nothing offered: 402 `no_matching_requirements`.
+    NoMatchingRequirements,
+    /// The facilitator (or a hook) said invalid: 402 with its reason.
+    Invalid(String),
+    /// A hook refused the payment after verification: 402 with its reason
+    /// (`payment_replayed` for a replay claim).
+    Aborted(String),
+    /// The facilitator could not be reached or answered garbage: 502
+    /// `facilitator_unavailable`.
+    FacilitatorUnavailable,
+    /// A hook's backend is down: 503 with its reason and `Retry-After`.
+    Unavailable {
+        /// The reason code.
+        reason: &'static str,
+        /// The `Retry-After` delay.
+        retry_after: Duration,
+    },
+    /// A hook failed: 500 `internal_error`.
+    Internal,
+    /// A hook refused the request before payment: its status and reason.
+    Forbidden {
+        /// The status.
+        status: StatusCode,
+        /// The reason code.
+        reason: String,
+    },
+    /// The facilitator refused settlement: 402 with a failure receipt; the
+    /// handler's body is withheld.
+    SettlementFailed(Box<SettleResponse>),
+    /// The settlement's outcome is unknown: 502 `settlement_unknown`.
+    SettlementUnknown,
+}
+
+impl Refusal {
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::PaymentRequired
+            | Self::InvalidHeader(_)
+            | Self::NoMatchingRequirements
+            | Self::Invalid(_)
+            | Self::Aborted(_)
+            | Self::SettlementFailed(_) => StatusCode::PAYMENT_REQUIRED,
+            Self::FacilitatorUnavailable | Self::SettlementUnknown => StatusCode::BAD_GATEWAY,
+            Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Forbidden { status, .. } => *status,
+        }
+    }
+
+    /// The reason code written into the response.
+    pub fn reason(&self) -> &str {
+        match self {
+            Self::PaymentRequired => "payment_required",
+            Self::InvalidHeader(r) => r,
+            Self::NoMatchingRequirements => "no_matching_requirements",
+            Self::Invalid(r) | Self::Aborted(r) => r,
+            Self::FacilitatorUnavailable => "facilitator_unavailable",
+            Self::Unavailable { reason, .. } => reason,
+            Self::Internal => "internal_error",
+            Self::Forbidden { reason, .. } => reason,
+            Self::SettlementFailed(receipt) => receipt
+                .error_reason
+                .as_deref()
+                .unwrap_or("settlement_failed"),
+            Self::SettlementUnknown => "settlement_unknown",
+        }
+    }
+
+    /// Whether the answer is a payment challenge (a 402 that lists the offers).
+    pub fn is_challenge(&self) -> bool {
+        self.status() == StatusCode::PAYMENT_REQUIRED
+    }
+}
+
+/// What a challenge is built from.
+#[derive(Debug)]
+pub(crate) struct ChallengeParts<'a> {
+    pub(crate) resource: &'a v2::ResourceInfo,
+    pub(crate) accepts: &'a [v2::PaymentRequirements],
+    pub(crate) extensions: &'a JsonObject,
+    pub(crate) output_schema: Option<&'a JsonObject>,
+}
+
+/// A pre-encoded challenge: the header and body of a `payment_required` 402.
+#[derive(Debug, Clone)]
+pub(crate) struct EncodedChallenge {
+    pub(crate) header: HeaderValue,
+    pub(crate) body: Bytes,
+}
+
+impl ChallengeParts<'_> {
+    pub(crate) fn encode(&self, error: &str, payer: Option<&str>) -> Option<EncodedChallenge> {
+        let v2 = challenge::payment_required(self.resource, self.accepts, self.extensions, error);
+        let mut v1 = challenge::v1_body(self.resource, self.accepts, self.output_schema, error);
+        v1.payer = payer.map(str::to_owned);
+        let header = codec::encode(&v2).ok()?;
+        let body = serde_json::to_vec(&v1).ok()?;
+        Some(EncodedChallenge {
+            header: HeaderValue::try_from(header).ok()?,
+            body: Bytes::from(body),
+        })
+    }
+}
+
+fn base(status: StatusCode) -> http::response::Builder {
+    Response::builder()
+        .status(status)
+        .header(header::ACCESS_CONTROL_EXPOSE_HEADERS, EXPOSE_HEADERS)
+        .header(header::CACHE_CONTROL, "no-store")
+}
+
+fn json_error(status: StatusCode, reason: &str) -> EngineResponse {
+    let body = serde_json::json!({ "error": reason }).to_string();
+    base(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Bytes::from(body))
+        .unwrap_or_else(|_| fallback())
+}
+
+/// The last resort when a response cannot be built (never expected: every
+/// header value here is ASCII). Opaque, like every 5xx.
+fn fallback() -> EngineResponse {
+    let mut r = Response::new(Bytes::from_static(b"{\"error\":\"internal_error\"}"));
+    *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    r
+}
+
+/// A 402 challenge with a pre-encoded header and body.
+pub(crate) fn challenge_response(encoded: &EncodedChallenge) -> EngineResponse {
+    base(StatusCode::PAYMENT_REQUIRED)
+        .header(codec::PAYMENT_REQUIRED, encoded.header.clone())
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(encoded.body.clone())
+        .unwrap_or_else(|_| fallback())
+}
+
+/// The HTML paywall for browsers, still a 402 with the v2 header.
+pub(crate) fn paywall_response(
+    parts: &ChallengeParts<'_>,
+    encoded: &EncodedChallenge,
+    paywall: &dyn Paywall,
+) -> EngineResponse {
+    let v2 = challenge::payment_required(
+        parts.resource,
+        parts.accepts,
+        parts.extensions,
+        "payment_required",
+    );
+    let html = paywall.html(&v2);
+    base(StatusCode::PAYMENT_REQUIRED)
+        .header(codec::PAYMENT_REQUIRED, encoded.header.clone())
+        .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
+        .body(Bytes::from(html))
+        .unwrap_or_else(|_| fallback())
+}
+
+/// Whether a request comes from a browser (`Accept` has `text/html` and
+/// `User-Agent` has `Mozilla`), which gets the paywall page.
+pub(crate) fn is_browser(headers: &HeaderMap) -> bool {
+    let has = |name: HeaderName, needle: &str| {
+        headers
+            .get_all(name)
+            .iter()
+            .any(|v| v.to_str().map(|s| s.contains(needle)).unwrap_or(false))
+    };
+    has(header::ACCEPT, "text/html") && has(header::USER_AGENT, "Mozilla")
+}
+
+/// The response for a refusal. `parts` is `None` when the offers themselves
+/// could not be built (then no challenge can be shown).
+pub(crate) fn refusal_response(
+    refusal: &Refusal,
+    parts: Option<&ChallengeParts<'_>>,
+    version: Option<X402Version>,
+    payer: Option<&str>,
+) -> EngineResponse {
+    let status = refusal.status();
+    match refusal {
+        Refusal::Unavailable {
+            reason,
+            retry_after,
+        } => {
+            let mut r = json_error(status, reason);
+            let secs = retry_after.as_secs().max(1);
+            if let Ok(v) = HeaderValue::try_from(secs.to_string()) {
+                r.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+            r
+        }
+        _ if !refusal.is_challenge() => json_error(status, refusal.reason()),
+        _ => {
+            let Some(encoded) = parts.and_then(|p| p.encode(refusal.reason(), payer)) else {
+                return json_error(status, refusal.reason());
+            };
+            let mut r = challenge_response(&encoded);
+            if let Refusal::SettlementFailed(receipt) = refusal {
+                if let Some((name, value)) =
+                    receipt_header(receipt, version.unwrap_or(X402Version::V2))
+                {
+                    r.headers_mut().insert(name, value);
+                }
+            }
+            r
+        }
+    }
+}
+
+/// The receipt header for a settlement, in the payment's version: v2 gets
+/// `PAYMENT-RESPONSE` with a CAIP-2 network, v1 `X-PAYMENT-RESPONSE` with the
+/// v1 name.
+pub(crate) fn receipt_header(
+    receipt: &SettleResponse,
+    version: X402Version,
+) -> Option<(HeaderName, HeaderValue)> {
+    let mut receipt = receipt.clone();
+    let name = match version {
+        X402Version::V2 => {
+            if let Some(c) = network::caip2(&receipt.network) {
+                receipt.network = c.to_owned();
+            }
+            codec::PAYMENT_RESPONSE
+        }
+        X402Version::V1 => {
+            if let Some(n) = network::v1_name(&receipt.network) {
+                receipt.network = n.to_owned();
+            }
+            codec::X_PAYMENT_RESPONSE
+        }
+    };
+    let value = codec::encode(&receipt).ok()?;
+    Some((name, HeaderValue::try_from(value).ok()?))
+}
+
+/// Adds the expose header to a handler's response.
+pub(crate) fn expose(headers: &mut HeaderMap) {
+    headers.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, EXPOSE_HEADERS);
+}
+
+/// The response when a paid handler failed without a usable response (its
+/// body errored): 500, opaque, nothing charged.
+pub fn handler_failed_response() -> EngineResponse {
+    json_error(StatusCode::INTERNAL_SERVER_ERROR, "handler_failed")
+}

@@ -1,0 +1,226 @@
+//! Lifecycle hooks: code that runs at each step of a paid request.
+//!
+//! A hook is a type implementing [`PaymentHooks`]; every method has a default
+//! that does nothing, so a hook overrides only the steps it cares about. Hooks
+//! run in registration order and are async and `Send`.
+//!
+//! | Step | Method | May |
+//! |---|---|---|
+//! | a protected route is requested | [`on_protected_request`](PaymentHooks::on_protected_request) | grant access without payment, or refuse |
+//! | before the facilitator's `/verify` | [`before_verify`](PaymentHooks::before_verify) | abort with a reason, or skip the facilitator with a verdict |
+//! | after a **valid** verdict | [`after_verify`](PaymentHooks::after_verify) | abort with a reason (the replay claim does this) |
+//! | `/verify` failed to answer | [`on_verify_failure`](PaymentHooks::on_verify_failure) | recover with a verdict |
+//! | before `/settle` | [`before_settle`](PaymentHooks::before_settle) | abort with a reason |
+//! | after `/settle` answered | [`after_settle`](PaymentHooks::after_settle) | observe |
+//! | `/settle` failed to answer | [`on_settle_failure`](PaymentHooks::on_settle_failure) | recover with a receipt |
+//! | a verified payment ends unsettled | [`on_payment_canceled`](PaymentHooks::on_payment_canceled) | clean up (release a claim) |
+//!
+//! Unlike upstream, hooks fail closed: a hook that returns an error from a
+//! step that gates the handler stops the request (503 with `Retry-After` for
+//! [`HookError::Unavailable`], 500 otherwise), and the handler does not run.
+//!
+//! ```
+//! use async_trait::async_trait;
+//! use x402_core::hooks::{AfterVerify, HookError, PaymentContext, PaymentHooks};
+//! use x402_core::proto::VerifyResponse;
+//!
+//! /// Refuses payers on a deny list.
+//! #[derive(Debug)]
+//! struct DenyList(Vec<String>);
+//!
+//! #[async_trait]
+//! impl PaymentHooks for DenyList {
+//!     async fn after_verify(
+//!         &self,
+//!         _ctx: &PaymentContext<'_>,
+//!         verdict: &VerifyResponse,
+//!     ) -> Result<AfterVerify, HookError> {
+//!         let payer = verdict.payer.as_deref().unwrap_or_default().to_lowercase();
+//!         if self.0.contains(&payer) {
+//!             return Ok(AfterVerify::Abort { reason: "payer_refused".into() });
+//!         }
+//!         Ok(AfterVerify::Continue)
+//!     }
+//! }
+//! ```
+
+use std::{error::Error as StdError, time::Duration};
+
+use async_trait::async_trait;
+use http::StatusCode;
+
+use crate::{
+    facilitator::FacilitatorError,
+    proto::{PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse},
+    route::RequestView,
+};
+
+/// What a protected request is, for [`PaymentHooks::on_protected_request`].
+#[derive(Debug, Clone, Copy)]
+pub struct RequestContext<'a> {
+    /// The request.
+    pub request: RequestView<'a>,
+    /// The matched route's pattern.
+    pub route: &'a str,
+}
+
+/// A payment being processed, for the hooks after the payment was read.
+#[derive(Debug, Clone, Copy)]
+pub struct PaymentContext<'a> {
+    /// The matched route's pattern.
+    pub route: &'a str,
+    /// The buyer's payment, as sent.
+    pub payload: &'a PaymentPayload,
+    /// The seller's requirement it matched, in the payment's version shape
+    /// (for `upto` settles, with the charge as its amount).
+    pub requirements: &'a PaymentRequirements,
+    /// The network as a CAIP-2 id, whatever the version.
+    pub network: &'a str,
+}
+
+/// The answer of [`PaymentHooks::on_protected_request`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProtectedRequest {
+    /// Go on with the payment flow.
+    Continue,
+    /// Serve without payment and without settlement.
+    GrantAccess,
+    /// Refuse with a status (403 by default) and a reason.
+    Refuse {
+        /// The status.
+        status: StatusCode,
+        /// A machine-readable reason, written into the response.
+        reason: String,
+    },
+}
+
+/// The answer of [`PaymentHooks::before_verify`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum BeforeVerify {
+    /// Call the facilitator.
+    Continue,
+    /// Refuse the payment (402 with this reason).
+    Abort {
+        /// A machine-readable reason.
+        reason: String,
+    },
+    /// Do not call the facilitator; use this verdict.
+    Skip(VerifyResponse),
+}
+
+/// The answer of [`PaymentHooks::after_verify`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AfterVerify {
+    /// Go on to the handler.
+    Continue,
+    /// Refuse the payment (402 with this reason); the handler does not run.
+    Abort {
+        /// A machine-readable reason.
+        reason: String,
+    },
+}
+
+/// The answer of [`PaymentHooks::before_settle`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum BeforeSettle {
+    /// Settle.
+    Continue,
+    /// Do not settle: 402 with a failure receipt carrying this reason.
+    Abort {
+        /// A machine-readable reason.
+        reason: String,
+    },
+}
+
+/// Why a verified payment ended without settlement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelReason {
+    /// The handler answered with this status (≥ 400).
+    HandlerFailed(StatusCode),
+    /// The handler's response body failed, or the request was dropped before
+    /// the handler finished.
+    HandlerAborted,
+    /// A later hook refused the request after this one accepted it.
+    Refused,
+}
+
+/// A hook could not do its job. Hooks fail closed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HookError {
+    /// A backend the hook needs is down or slow: 503 with `Retry-After`.
+    #[error("{reason}: backend unavailable")]
+    Unavailable {
+        /// The reason code written in the 503 body (e.g. `claim_unavailable`).
+        reason: &'static str,
+        /// The `Retry-After` value.
+        retry_after: Duration,
+        /// The cause, logged and never shown.
+        #[source]
+        source: Option<Box<dyn StdError + Send + Sync>>,
+    },
+    /// Anything else: 500 with an opaque body.
+    #[error("hook failed")]
+    Other(#[source] Box<dyn StdError + Send + Sync>),
+}
+
+/// Code that runs at the steps of a paid request. See the [module
+/// docs](self).
+#[async_trait]
+pub trait PaymentHooks: Send + Sync + 'static {
+    /// A protected route was requested, before anything else.
+    async fn on_protected_request(
+        &self,
+        _ctx: &RequestContext<'_>,
+    ) -> Result<ProtectedRequest, HookError> {
+        Ok(ProtectedRequest::Continue)
+    }
+
+    /// A payment matched a requirement; the facilitator is about to verify it.
+    async fn before_verify(&self, _ctx: &PaymentContext<'_>) -> Result<BeforeVerify, HookError> {
+        Ok(BeforeVerify::Continue)
+    }
+
+    /// The payment was verified valid. Runs only for valid verdicts.
+    async fn after_verify(
+        &self,
+        _ctx: &PaymentContext<'_>,
+        _verdict: &VerifyResponse,
+    ) -> Result<AfterVerify, HookError> {
+        Ok(AfterVerify::Continue)
+    }
+
+    /// The facilitator gave no verdict. Return `Some` to recover with one.
+    async fn on_verify_failure(
+        &self,
+        _ctx: &PaymentContext<'_>,
+        _error: &FacilitatorError,
+    ) -> Option<VerifyResponse> {
+        None
+    }
+
+    /// Settlement is about to be requested.
+    async fn before_settle(&self, _ctx: &PaymentContext<'_>) -> Result<BeforeSettle, HookError> {
+        Ok(BeforeSettle::Continue)
+    }
+
+    /// The facilitator answered `/settle` (successfully or not).
+    async fn after_settle(&self, _ctx: &PaymentContext<'_>, _receipt: &SettleResponse) {}
+
+    /// The facilitator gave no settlement answer. Return `Some` to recover.
+    async fn on_settle_failure(
+        &self,
+        _ctx: &PaymentContext<'_>,
+        _error: &FacilitatorError,
+    ) -> Option<SettleResponse> {
+        None
+    }
+
+    /// A verified payment ended without a settlement attempt.
+    async fn on_payment_canceled(&self, _ctx: &PaymentContext<'_>, _reason: CancelReason) {}
+}

@@ -1,0 +1,23 @@
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+pub mod challenge;
+pub mod claim;
+pub mod codec;
+pub mod engine;
+pub mod evm;
+pub mod facilitator;
+pub mod hooks;
+#[cfg(feature = "local-facilitator")]
+#[cfg_attr(docsrs, doc(cfg(feature = "local-facilitator")))]
+pub mod local;
+pub mod money;
+pub mod network;
+pub mod paywall;
+pub mod proto;
+pub mod route;
+pub mod svm;
+
+pub use engine::{Completion, Decision, Engine, EngineBuilder, PaidRequest, VerifiedPayment};
+pub use facilitator::Facilitator;
+pub use route::{Asset, Offer, Route};

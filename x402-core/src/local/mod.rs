@@ -1,0 +1,758 @@
+//! An in-process EVM facilitator: verifies `exact` EIP-3009 payments itself
+//! and settles them through a [`Ledger`], with no third party.
+//!
+//! - [`LocalFacilitator`] implements [`Facilitator`] for the `exact` scheme
+//!   with EIP-3009 `transferWithAuthorization` payloads, protocol v1 and v2.
+//! - [`DevLedger`] keeps balances and used nonces in memory, for offline
+//!   development and tests. It refuses mainnet networks and returns a
+//!   deterministic id, not a transaction hash.
+//! - `ChainLedger` (feature `chain`) settles on a real chain over JSON-RPC.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use alloy_primitives::address;
+//! use x402_core::local::{DevLedger, LocalFacilitator};
+//! use x402_core::Facilitator;
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let usdc = address!("036CbD53842c5426634e7929541eC2318f3dCF7e");
+//! let payer = address!("857b06519E91e3A54538791bDbb0E22373e36b66");
+//! let ledger = Arc::new(DevLedger::new());
+//! ledger.fund("eip155:84532", usdc, payer, 1_000_000u64)?;
+//! let facilitator = LocalFacilitator::builder(ledger.clone())
+//!     .network("eip155:84532")
+//!     .build()?;
+//! let supported = facilitator.supported().await?;
+//! assert_eq!(supported.kinds.len(), 2); // v2 `eip155:84532` and v1 `base-sepolia`
+//! # Ok(()) }
+//! ```
+//!
+//! The checks, in order, with the reason code of each failure (the TypeScript
+//! v2 facilitator's codes): both schemes are `exact`
+//! ([`reason::SCHEME`]); the payment's network is the requirement's
+//! ([`reason::NETWORK_MISMATCH`]) and one this facilitator serves
+//! ([`reason::UNSUPPORTED_NETWORK`]); `extra.name` and `extra.version` are
+//! present ([`reason::MISSING_EIP712_DOMAIN`]); the payload parses
+//! ([`reason::PAYLOAD`]); the signature recovers `authorization.from` in the
+//! domain `{extra.name, extra.version, chainId of the requirement's network,
+//! verifyingContract: asset}` ([`reason::SIGNATURE`], or
+//! [`reason::UNDEPLOYED_SMART_WALLET`] for a signature longer than 65 bytes);
+//! `to == payTo` ([`reason::RECIPIENT_MISMATCH`]); `validBefore >= now +
+//! margin` ([`reason::VALID_BEFORE`]); `validAfter <= now`
+//! ([`reason::VALID_AFTER`]); `value == amount` ([`reason::VALUE`]); then the
+//! ledger: the nonce is unused ([`reason::NONCE_USED`]) and the payer's balance
+//! covers the value ([`reason::INSUFFICIENT_BALANCE`]).
+
+use std::{
+    collections::BTreeMap,
+    fmt,
+    sync::Arc,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use alloy_primitives::{Address, B256, U256};
+use async_trait::async_trait;
+
+use crate::{
+    evm::{eip3009_domain, EvmPayload, ExactEvmPayload, SignatureError},
+    facilitator::{Facilitator, FacilitatorError, OtherError},
+    network,
+    proto::{
+        FacilitatorRequest, SettleResponse, SupportedKind, SupportedResponse, VerifyResponse,
+        X402Version,
+    },
+};
+
+#[cfg(feature = "chain")]
+mod chain;
+mod dev;
+
+#[cfg(feature = "chain")]
+#[cfg_attr(docsrs, doc(cfg(feature = "chain")))]
+pub use self::chain::{ChainLedger, ChainLedgerError};
+pub use self::dev::{DevLedger, DevLedgerError, DEV_LEDGER_SIGNER};
+
+/// The reason codes this facilitator answers with (`invalidReason` /
+/// `errorReason`).
+pub mod reason {
+    /// A scheme other than `exact` on either side.
+    pub const SCHEME: &str = "invalid_exact_evm_scheme";
+    /// The payment names another network than the requirement.
+    pub const NETWORK_MISMATCH: &str = "invalid_exact_evm_network_mismatch";
+    /// The requirement's network is not one this facilitator serves.
+    pub const UNSUPPORTED_NETWORK: &str = "invalid_network";
+    /// `extra.name` or `extra.version` is missing from the requirement.
+    pub const MISSING_EIP712_DOMAIN: &str = "invalid_exact_evm_missing_eip712_domain";
+    /// The requirement's `asset` or `payTo` is not an EVM address.
+    pub const INVALID_REQUIREMENTS: &str = "invalid_payment_requirements";
+    /// The payload is not an EIP-3009 payload.
+    pub const PAYLOAD: &str = "invalid_exact_evm_payload";
+    /// A Permit2 payload (not handled by this facilitator).
+    pub const UNSUPPORTED_PAYLOAD_TYPE: &str = "unsupported_payload_type";
+    /// The signature does not recover `authorization.from`.
+    pub const SIGNATURE: &str = "invalid_exact_evm_signature";
+    /// A smart-wallet signature (longer than 65 bytes), not supported.
+    pub const UNDEPLOYED_SMART_WALLET: &str = "invalid_exact_evm_payload_undeployed_smart_wallet";
+    /// `authorization.to` is not the requirement's `payTo`.
+    pub const RECIPIENT_MISMATCH: &str = "invalid_exact_evm_recipient_mismatch";
+    /// Expired, or expiring within the margin.
+    pub const VALID_BEFORE: &str = "invalid_exact_evm_payload_authorization_valid_before";
+    /// Not valid yet.
+    pub const VALID_AFTER: &str = "invalid_exact_evm_payload_authorization_valid_after";
+    /// `authorization.value` differs from the requirement's amount.
+    pub const VALUE: &str = "invalid_exact_evm_authorization_value";
+    /// The token already used (or cancelled) this nonce.
+    pub const NONCE_USED: &str = "invalid_exact_evm_nonce_already_used";
+    /// The payer's balance is below the value.
+    pub const INSUFFICIENT_BALANCE: &str = "invalid_exact_evm_insufficient_balance";
+    /// The settlement transaction reverted or did not move the tokens.
+    pub const TRANSACTION_FAILED: &str = "invalid_exact_evm_transaction_failed";
+}
+
+/// The default margin before `validBefore`: an authorization must stay valid
+/// at least this long after verification (about a block's time).
+pub const DEFAULT_VALID_BEFORE_MARGIN: Duration = Duration::from_secs(6);
+
+/// A source of the current unix time in seconds.
+///
+/// [`SystemClock`] reads the system clock; tests can use [`FixedClock`] or
+/// any `fn() -> u64`.
+///
+/// ```
+/// use x402_core::local::{Clock, FixedClock};
+/// assert_eq!(FixedClock(1_740_672_100).now(), 1_740_672_100);
+/// fn epoch() -> u64 { 0 }
+/// assert_eq!((epoch as fn() -> u64).now(), 0);
+/// ```
+pub trait Clock: Send + Sync + fmt::Debug + 'static {
+    /// The current unix time in seconds.
+    fn now(&self) -> u64;
+}
+
+/// The system clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)
+    }
+}
+
+/// A clock stopped at a unix time in seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedClock(pub u64);
+
+impl Clock for FixedClock {
+    fn now(&self) -> u64 {
+        self.0
+    }
+}
+
+impl Clock for fn() -> u64 {
+    fn now(&self) -> u64 {
+        self()
+    }
+}
+
+/// One EIP-3009 transfer, as a [`Ledger`] sees it. Every check that needs no
+/// ledger state has passed.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Transfer<'a> {
+    /// The network as a CAIP-2 id (`eip155:84532`).
+    pub network: &'a str,
+    /// The EVM chain id of `network`.
+    pub chain_id: u64,
+    /// The token contract.
+    pub asset: Address,
+    /// The signed authorization.
+    pub payload: &'a ExactEvmPayload,
+}
+
+impl Transfer<'_> {
+    /// The payer.
+    pub fn from(&self) -> Address {
+        self.payload.authorization.from
+    }
+
+    /// The amount in atomic units.
+    pub fn value(&self) -> U256 {
+        self.payload.authorization.value.get()
+    }
+
+    /// The authorization's nonce.
+    pub fn nonce(&self) -> B256 {
+        self.payload.authorization.nonce
+    }
+}
+
+/// What a ledger knows about a transfer before it is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LedgerState {
+    /// Whether the token has already used (or cancelled) the nonce.
+    pub nonce_used: bool,
+    /// The payer's balance of the token, in atomic units.
+    pub balance: U256,
+}
+
+impl LedgerState {
+    /// A state with these values.
+    pub fn new(nonce_used: bool, balance: U256) -> Self {
+        Self {
+            nonce_used,
+            balance,
+        }
+    }
+}
+
+/// How a transfer ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TransferOutcome {
+    /// The tokens moved.
+    Settled {
+        /// The transaction hash (a chain) or a deterministic id (the dev ledger).
+        transaction: String,
+    },
+    /// The tokens did not move, for a business reason.
+    Refused {
+        /// A reason code (see [`reason`]).
+        reason: String,
+        /// Human-readable detail.
+        message: Option<String>,
+        /// The transaction hash, when a transaction was sent and reverted.
+        transaction: Option<String>,
+    },
+}
+
+impl TransferOutcome {
+    /// A refusal with a reason code and no transaction.
+    pub fn refused(reason: impl Into<String>) -> Self {
+        Self::Refused {
+            reason: reason.into(),
+            message: None,
+            transaction: None,
+        }
+    }
+}
+
+/// Why a ledger could not answer (as opposed to refusing a transfer).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LedgerError {
+    /// The ledger does not serve this network.
+    #[error("ledger does not serve network {network:?}: {why}")]
+    UnsupportedNetwork {
+        /// The network.
+        network: String,
+        /// Why.
+        why: String,
+    },
+    /// The node or backing store failed.
+    #[error("ledger backend error")]
+    Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Where the money moves: a chain, or memory.
+///
+/// Implementations must make [`transfer`](Ledger::transfer) atomic per
+/// authorization: of concurrent transfers of one `(asset, from, nonce)`, at
+/// most one succeeds.
+#[async_trait]
+pub trait Ledger: Send + Sync + fmt::Debug + 'static {
+    /// The address that submits settlements, listed in `/supported` signers.
+    fn signer(&self) -> Address;
+
+    /// Whether the ledger can serve `network` (a CAIP-2 id); checked when the
+    /// facilitator is built.
+    fn check_network(&self, network: &str) -> Result<(), LedgerError>;
+
+    /// The nonce's state and the payer's balance.
+    async fn state(&self, transfer: &Transfer<'_>) -> Result<LedgerState, LedgerError>;
+
+    /// Moves the tokens.
+    async fn transfer(&self, transfer: &Transfer<'_>) -> Result<TransferOutcome, LedgerError>;
+}
+
+#[async_trait]
+impl<L: Ledger + ?Sized> Ledger for Arc<L> {
+    fn signer(&self) -> Address {
+        (**self).signer()
+    }
+
+    fn check_network(&self, network: &str) -> Result<(), LedgerError> {
+        (**self).check_network(network)
+    }
+
+    async fn state(&self, transfer: &Transfer<'_>) -> Result<LedgerState, LedgerError> {
+        (**self).state(transfer).await
+    }
+
+    async fn transfer(&self, transfer: &Transfer<'_>) -> Result<TransferOutcome, LedgerError> {
+        (**self).transfer(transfer).await
+    }
+}
+
+/// Why a [`LocalFacilitator`] could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LocalConfigError {
+    /// A network is not an EVM network this crate can name.
+    #[error("network {0:?} is not an EVM network (CAIP-2 eip155:<id> or a known v1 name)")]
+    NotEvm(String),
+    /// The ledger refuses a network.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// No network was configured.
+    #[error("a local facilitator needs at least one network")]
+    NoNetworks,
+}
+
+/// Builds a [`LocalFacilitator`].
+#[must_use]
+pub struct LocalFacilitatorBuilder {
+    ledger: Arc<dyn Ledger>,
+    networks: Vec<String>,
+    clock: Arc<dyn Clock>,
+    margin: Duration,
+}
+
+impl fmt::Debug for LocalFacilitatorBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LocalFacilitatorBuilder")
+            .field("ledger", &self.ledger)
+            .field("networks", &self.networks)
+            .field("clock", &self.clock)
+            .field("margin", &self.margin)
+            .finish()
+    }
+}
+
+impl LocalFacilitatorBuilder {
+    /// Adds a network to serve: a CAIP-2 id (`eip155:84532`) or a v1 name
+    /// (`base-sepolia`).
+    pub fn network(mut self, network: impl Into<String>) -> Self {
+        self.networks.push(network.into());
+        self
+    }
+
+    /// Adds several networks.
+    pub fn networks<I, S>(mut self, networks: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.networks.extend(networks.into_iter().map(Into::into));
+        self
+    }
+
+    /// Sets the clock (default: [`SystemClock`]).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Sets how long an authorization must stay valid after verification
+    /// (default [`DEFAULT_VALID_BEFORE_MARGIN`], 6 s).
+    pub fn valid_before_margin(mut self, margin: Duration) -> Self {
+        self.margin = margin;
+        self
+    }
+
+    /// Checks the networks with the ledger and builds the facilitator.
+    pub fn build(self) -> Result<LocalFacilitator, LocalConfigError> {
+        if self.networks.is_empty() {
+            return Err(LocalConfigError::NoNetworks);
+        }
+        let mut networks = BTreeMap::new();
+        for name in &self.networks {
+            let caip2 = caip2_of(name).ok_or_else(|| LocalConfigError::NotEvm(name.clone()))?;
+            let chain_id = network::evm_chain_id(&caip2)
+                .ok_or_else(|| LocalConfigError::NotEvm(name.clone()))?;
+            self.ledger.check_network(&caip2)?;
+            networks.insert(caip2, chain_id);
+        }
+        Ok(LocalFacilitator {
+            ledger: self.ledger,
+            networks,
+            clock: self.clock,
+            margin: self.margin.as_secs(),
+        })
+    }
+}
+
+/// The CAIP-2 id of an EVM network named either way.
+fn caip2_of(name: &str) -> Option<String> {
+    let caip2 = if name.contains(':') {
+        name.to_owned()
+    } else {
+        network::caip2(name)?.to_owned()
+    };
+    network::evm_chain_id(&caip2).map(|_| caip2)
+}
+
+/// An in-process facilitator for `exact` EIP-3009 payments on EVM networks,
+/// settling through a [`Ledger`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use x402_core::local::{DevLedger, FixedClock, LocalFacilitator};
+///
+/// let facilitator = LocalFacilitator::builder(DevLedger::new())
+///     .network("base-sepolia")
+///     .clock(FixedClock(1_740_672_100))
+///     .build()?;
+/// assert_eq!(facilitator.networks().collect::<Vec<_>>(), ["eip155:84532"]);
+///
+/// // Mainnets are refused by the dev ledger.
+/// assert!(LocalFacilitator::builder(DevLedger::new()).network("eip155:8453").build().is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct LocalFacilitator {
+    ledger: Arc<dyn Ledger>,
+    /// CAIP-2 id → chain id.
+    networks: BTreeMap<String, u64>,
+    clock: Arc<dyn Clock>,
+    margin: u64,
+}
+
+impl fmt::Debug for LocalFacilitator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LocalFacilitator")
+            .field("ledger", &self.ledger)
+            .field("networks", &self.networks)
+            .field("clock", &self.clock)
+            .field("margin", &self.margin)
+            .finish()
+    }
+}
+
+/// A payment that passed every check, with what settling it needs.
+struct Checked {
+    network: String,
+    chain_id: u64,
+    asset: Address,
+    payload: ExactEvmPayload,
+}
+
+impl Checked {
+    fn transfer(&self) -> Transfer<'_> {
+        Transfer {
+            network: &self.network,
+            chain_id: self.chain_id,
+            asset: self.asset,
+            payload: &self.payload,
+        }
+    }
+}
+
+/// A refusal: a reason code, a message and the payer when known.
+struct Refusal {
+    reason: &'static str,
+    message: String,
+    payer: Option<String>,
+}
+
+fn refuse(reason: &'static str, message: impl Into<String>, payer: Option<Address>) -> Refusal {
+    Refusal {
+        reason,
+        message: message.into(),
+        payer: payer.map(|p| p.to_checksum(None)),
+    }
+}
+
+fn ledger_error(e: LedgerError) -> FacilitatorError {
+    FacilitatorError::Other(OtherError(Arc::new(e)))
+}
+
+impl LocalFacilitator {
+    /// Starts building a facilitator that settles through `ledger`.
+    pub fn builder(ledger: impl Ledger) -> LocalFacilitatorBuilder {
+        LocalFacilitatorBuilder {
+            ledger: Arc::new(ledger),
+            networks: Vec::new(),
+            clock: Arc::new(SystemClock),
+            margin: DEFAULT_VALID_BEFORE_MARGIN,
+        }
+    }
+
+    /// The networks served, as CAIP-2 ids.
+    pub fn networks(&self) -> impl Iterator<Item = &str> + '_ {
+        self.networks.keys().map(String::as_str)
+    }
+
+    /// The ledger.
+    pub fn ledger(&self) -> &Arc<dyn Ledger> {
+        &self.ledger
+    }
+
+    /// Every check but the ledger's.
+    fn check_offline(&self, request: &FacilitatorRequest) -> Result<Checked, Refusal> {
+        let payment = &request.payment_payload;
+        let requirements = &request.payment_requirements;
+
+        if payment.scheme() != "exact" || requirements.scheme() != "exact" {
+            return Err(refuse(
+                reason::SCHEME,
+                format!(
+                    "scheme must be exact (payment {:?}, requirement {:?})",
+                    short(payment.scheme()),
+                    short(requirements.scheme())
+                ),
+                None,
+            ));
+        }
+        if payment.network() != requirements.network() {
+            return Err(refuse(
+                reason::NETWORK_MISMATCH,
+                "the payment names another network than the requirement",
+                None,
+            ));
+        }
+        let (network, chain_id) = caip2_of(requirements.network())
+            .and_then(|caip2| self.networks.get_key_value(&caip2))
+            .map(|(n, id)| (n.clone(), *id))
+            .ok_or_else(|| {
+                refuse(
+                    reason::UNSUPPORTED_NETWORK,
+                    format!(
+                        "network {:?} is not served by this facilitator",
+                        short(requirements.network())
+                    ),
+                    None,
+                )
+            })?;
+
+        let extra = requirements.extra();
+        let (Some(name), Some(version)) = (
+            extra.get("name").and_then(|v| v.as_str()),
+            extra.get("version").and_then(|v| v.as_str()),
+        ) else {
+            return Err(refuse(
+                reason::MISSING_EIP712_DOMAIN,
+                "the requirement's extra has no EIP-712 name and version",
+                None,
+            ));
+        };
+        let (Ok(asset), Ok(pay_to)) = (
+            requirements.asset().parse::<Address>(),
+            requirements.pay_to().parse::<Address>(),
+        ) else {
+            return Err(refuse(
+                reason::INVALID_REQUIREMENTS,
+                "the requirement's asset and payTo must be EVM addresses",
+                None,
+            ));
+        };
+
+        let payload = match EvmPayload::from_value(payment.payload()) {
+            Ok(EvmPayload::Eip3009(p)) => p,
+            Ok(_) => {
+                return Err(refuse(
+                    reason::UNSUPPORTED_PAYLOAD_TYPE,
+                    "only EIP-3009 payloads are supported",
+                    None,
+                ))
+            }
+            Err(e) => return Err(refuse(reason::PAYLOAD, e.to_string(), None)),
+        };
+        let auth = &payload.authorization;
+        let payer = Some(auth.from);
+
+        let domain = eip3009_domain(name, version, chain_id, asset);
+        match payload.recover_signer(&domain) {
+            Ok(signer) if signer == auth.from => {}
+            Ok(_) => {
+                return Err(refuse(
+                    reason::SIGNATURE,
+                    "the signature does not recover authorization.from",
+                    payer,
+                ))
+            }
+            Err(e @ SignatureError::UnsupportedLength { .. }) => {
+                return Err(refuse(
+                    reason::UNDEPLOYED_SMART_WALLET,
+                    e.to_string(),
+                    payer,
+                ))
+            }
+            Err(e) => return Err(refuse(reason::SIGNATURE, e.to_string(), payer)),
+        }
+        if auth.to != pay_to {
+            return Err(refuse(
+                reason::RECIPIENT_MISMATCH,
+                "authorization.to is not the requirement's payTo",
+                payer,
+            ));
+        }
+        let now = self.clock.now();
+        if auth.valid_before < U256::from(now).saturating_add(U256::from(self.margin)) {
+            return Err(refuse(
+                reason::VALID_BEFORE,
+                format!("the authorization expires before now + {} s", self.margin),
+                payer,
+            ));
+        }
+        if auth.valid_after > U256::from(now) {
+            return Err(refuse(
+                reason::VALID_AFTER,
+                "the authorization is not valid yet",
+                payer,
+            ));
+        }
+        if auth.value != requirements.amount() {
+            return Err(refuse(
+                reason::VALUE,
+                format!(
+                    "authorization.value {} is not the required amount {}",
+                    auth.value,
+                    requirements.amount()
+                ),
+                payer,
+            ));
+        }
+        Ok(Checked {
+            network,
+            chain_id,
+            asset,
+            payload,
+        })
+    }
+
+    /// Every check, the ledger's included.
+    async fn check(
+        &self,
+        request: &FacilitatorRequest,
+    ) -> Result<Result<Checked, Refusal>, FacilitatorError> {
+        let checked = match self.check_offline(request) {
+            Ok(c) => c,
+            Err(r) => return Ok(Err(r)),
+        };
+        let state = self
+            .ledger
+            .state(&checked.transfer())
+            .await
+            .map_err(ledger_error)?;
+        let payer = Some(checked.payload.authorization.from);
+        if state.nonce_used {
+            return Ok(Err(refuse(
+                reason::NONCE_USED,
+                "the token has already used this authorization's nonce",
+                payer,
+            )));
+        }
+        if state.balance < checked.payload.authorization.value.get() {
+            return Ok(Err(refuse(
+                reason::INSUFFICIENT_BALANCE,
+                "the payer's balance is below the value",
+                payer,
+            )));
+        }
+        Ok(Ok(checked))
+    }
+}
+
+/// At most 64 characters of untrusted input, for messages.
+fn short(s: &str) -> &str {
+    match s.char_indices().nth(64) {
+        Some((end, _)) => &s[..end],
+        None => s,
+    }
+}
+
+#[async_trait]
+impl Facilitator for LocalFacilitator {
+    async fn verify(
+        &self,
+        request: &FacilitatorRequest,
+    ) -> Result<VerifyResponse, FacilitatorError> {
+        Ok(match self.check(request).await? {
+            Ok(checked) => {
+                VerifyResponse::valid(checked.payload.authorization.from.to_checksum(None))
+            }
+            Err(r) => VerifyResponse {
+                invalid_message: Some(r.message),
+                ..VerifyResponse::invalid(r.reason, r.payer)
+            },
+        })
+    }
+
+    async fn settle(
+        &self,
+        request: &FacilitatorRequest,
+    ) -> Result<SettleResponse, FacilitatorError> {
+        let network = request.payment_requirements.network().to_owned();
+        let checked = match self.check(request).await? {
+            Ok(c) => c,
+            Err(r) => {
+                return Ok(SettleResponse {
+                    error_message: Some(r.message),
+                    payer: r.payer,
+                    ..SettleResponse::failure(network, r.reason)
+                })
+            }
+        };
+        let payer = checked.payload.authorization.from.to_checksum(None);
+        let outcome = self
+            .ledger
+            .transfer(&checked.transfer())
+            .await
+            .map_err(ledger_error)?;
+        Ok(match outcome {
+            TransferOutcome::Settled { transaction } => SettleResponse {
+                success: true,
+                payer: Some(payer),
+                transaction,
+                network,
+                amount: Some(checked.payload.authorization.value),
+                ..SettleResponse::default()
+            },
+            TransferOutcome::Refused {
+                reason,
+                message,
+                transaction,
+            } => SettleResponse {
+                error_message: message,
+                payer: Some(payer),
+                transaction: transaction.unwrap_or_default(),
+                ..SettleResponse::failure(network, reason)
+            },
+        })
+    }
+
+    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
+        let mut kinds = Vec::new();
+        for caip2 in self.networks.keys() {
+            kinds.push(SupportedKind {
+                x402_version: X402Version::V2,
+                scheme: "exact".to_owned(),
+                network: caip2.clone(),
+                extra: None,
+            });
+            if let Some(v1) = network::v1_name(caip2) {
+                kinds.push(SupportedKind {
+                    x402_version: X402Version::V1,
+                    scheme: "exact".to_owned(),
+                    network: v1.to_owned(),
+                    extra: None,
+                });
+            }
+        }
+        let mut signers = BTreeMap::new();
+        signers.insert(
+            "eip155:*".to_owned(),
+            vec![self.ledger.signer().to_checksum(None)],
+        );
+        Ok(SupportedResponse {
+            kinds,
+            extensions: Vec::new(),
+            signers,
+        })
+    }
+}

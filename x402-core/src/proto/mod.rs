@@ -1,0 +1,528 @@
+//! The x402 wire types, one module per protocol version.
+//!
+//! Field names follow the protocol (`PaymentRequirements`, `PaymentPayload`,
+//! `SettleResponse`, ...) and are mapped with serde. Every type tolerates
+//! unknown fields on input; the ones the server forwards or echoes
+//! ([`v1::PaymentPayload`], [`v2::PaymentPayload`], both `PaymentRequirements`)
+//! keep them and write them back unchanged.
+//!
+//! Types that both versions share ([`VerifyResponse`], [`SettleResponse`],
+//! [`SupportedResponse`]) live here; [`PaymentPayload`] and
+//! [`PaymentRequirements`] are the version-tagged unions the engine and the
+//! facilitator clients pass around.
+
+use std::fmt;
+
+use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+use crate::money::AtomicAmount;
+
+pub mod v1;
+pub mod v2;
+
+/// A JSON object, as used for `extra`, `extensions` and scheme payloads.
+pub type JsonObject = Map<String, Value>;
+
+/// The `x402Version` field of a version-`N` message: writes `N`, and refuses
+/// to read any other number.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Version<const N: u8>;
+
+impl<const N: u8> Version<N> {
+    /// The version number.
+    pub const NUMBER: u8 = N;
+}
+
+impl<const N: u8> fmt::Debug for Version<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{N}")
+    }
+}
+
+impl<const N: u8> Serialize for Version<N> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u8(N)
+    }
+}
+
+impl<'de, const N: u8> Deserialize<'de> for Version<N> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let v = u64::deserialize(deserializer)?;
+        if v == u64::from(N) {
+            Ok(Self)
+        } else {
+            Err(de::Error::custom(format_args!(
+                "expected x402Version {N}, got {v}"
+            )))
+        }
+    }
+}
+
+/// A protocol version this crate speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum X402Version {
+    /// Version 1: `X-PAYMENT`, `X-PAYMENT-RESPONSE`, the challenge in the body.
+    V1,
+    /// Version 2: `PAYMENT-SIGNATURE`, `PAYMENT-RESPONSE`, `PAYMENT-REQUIRED`.
+    V2,
+}
+
+impl X402Version {
+    /// The number written in `x402Version`.
+    pub fn number(self) -> u8 {
+        match self {
+            Self::V1 => 1,
+            Self::V2 => 2,
+        }
+    }
+
+    /// The version for a number, if this crate speaks it.
+    pub fn from_number(n: u64) -> Option<Self> {
+        match n {
+            1 => Some(Self::V1),
+            2 => Some(Self::V2),
+            _ => None,
+        }
+    }
+}
+
+impl Serialize for X402Version {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u8(self.number())
+    }
+}
+
+impl<'de> Deserialize<'de> for X402Version {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let n = u64::deserialize(deserializer)?;
+        Self::from_number(n)
+            .ok_or_else(|| de::Error::custom(format_args!("unsupported x402Version {n}")))
+    }
+}
+
+/// A buyer's payment in either protocol version.
+// One per paid request, moved rarely: boxing the larger variant would buy
+// nothing but an allocation.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum PaymentPayload {
+    /// A version 1 payment (`X-PAYMENT`).
+    V1(v1::PaymentPayload),
+    /// A version 2 payment (`PAYMENT-SIGNATURE`).
+    V2(v2::PaymentPayload),
+}
+
+impl PaymentPayload {
+    /// The payment's protocol version.
+    pub fn version(&self) -> X402Version {
+        match self {
+            Self::V1(_) => X402Version::V1,
+            Self::V2(_) => X402Version::V2,
+        }
+    }
+
+    /// The scheme the buyer paid with.
+    pub fn scheme(&self) -> &str {
+        match self {
+            Self::V1(p) => &p.scheme,
+            Self::V2(p) => &p.accepted.scheme,
+        }
+    }
+
+    /// The network as the payment names it (a v1 name or a CAIP-2 id).
+    pub fn network(&self) -> &str {
+        match self {
+            Self::V1(p) => &p.network,
+            Self::V2(p) => &p.accepted.network,
+        }
+    }
+
+    /// The scheme-specific payload object.
+    pub fn payload(&self) -> &Value {
+        match self {
+            Self::V1(p) => &p.payload,
+            Self::V2(p) => &p.payload,
+        }
+    }
+
+    /// Parses a payment from JSON, reading `x402Version` before the rest.
+    pub fn from_json_slice(json: &[u8]) -> Result<Self, PayloadParseError> {
+        #[derive(Deserialize)]
+        struct Peek {
+            #[serde(rename = "x402Version")]
+            version: Option<Value>,
+        }
+        let peek: Peek = serde_json::from_slice(json).map_err(PayloadParseError::Json)?;
+        let version = match peek.version {
+            None => return Err(PayloadParseError::MissingVersion),
+            Some(Value::Number(n)) => n.as_u64(),
+            Some(_) => None,
+        };
+        match version.and_then(X402Version::from_number) {
+            Some(X402Version::V1) => serde_json::from_slice(json)
+                .map(Self::V1)
+                .map_err(PayloadParseError::Json),
+            Some(X402Version::V2) => serde_json::from_slice(json)
+                .map(Self::V2)
+                .map_err(PayloadParseError::Json),
+            None => Err(PayloadParseError::UnsupportedVersion),
+        }
+    }
+
+    /// Parses a payment from a JSON value, reading `x402Version` first.
+    pub fn from_value(value: Value) -> Result<Self, PayloadParseError> {
+        let version = value
+            .get("x402Version")
+            .ok_or(PayloadParseError::MissingVersion)?
+            .as_u64()
+            .and_then(X402Version::from_number)
+            .ok_or(PayloadParseError::UnsupportedVersion)?;
+        match version {
+            X402Version::V1 => serde_json::from_value(value)
+                .map(Self::V1)
+                .map_err(PayloadParseError::Json),
+            X402Version::V2 => serde_json::from_value(value)
+                .map(Self::V2)
+                .map_err(PayloadParseError::Json),
+        }
+    }
+}
+
+impl Serialize for PaymentPayload {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::V1(p) => p.serialize(serializer),
+            Self::V2(p) => p.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PaymentPayload {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        Self::from_value(value).map_err(de::Error::custom)
+    }
+}
+
+/// Why a JSON document is not a payment this crate understands.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PayloadParseError {
+    /// No `x402Version` field.
+    #[error("payment has no x402Version")]
+    MissingVersion,
+    /// An `x402Version` other than 1 or 2.
+    #[error("payment has an unsupported x402Version")]
+    UnsupportedVersion,
+    /// Not JSON, or JSON of the wrong shape.
+    #[error("payment is not a valid x402 payload: {0}")]
+    Json(#[source] serde_json::Error),
+}
+
+/// A seller's requirement in the shape of either protocol version: what is
+/// sent to a facilitator along with a payment of the same version.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum PaymentRequirements {
+    /// The version 1 shape (`maxAmountRequired`, `resource`, ...).
+    V1(v1::PaymentRequirements),
+    /// The version 2 shape (`amount`).
+    V2(v2::PaymentRequirements),
+}
+
+impl PaymentRequirements {
+    /// The scheme.
+    pub fn scheme(&self) -> &str {
+        match self {
+            Self::V1(r) => &r.scheme,
+            Self::V2(r) => &r.scheme,
+        }
+    }
+
+    /// The network, in this version's naming.
+    pub fn network(&self) -> &str {
+        match self {
+            Self::V1(r) => &r.network,
+            Self::V2(r) => &r.network,
+        }
+    }
+
+    /// The amount (`amount` in v2, `maxAmountRequired` in v1).
+    pub fn amount(&self) -> AtomicAmount {
+        match self {
+            Self::V1(r) => r.max_amount_required,
+            Self::V2(r) => r.amount,
+        }
+    }
+
+    /// The asset.
+    pub fn asset(&self) -> &str {
+        match self {
+            Self::V1(r) => &r.asset,
+            Self::V2(r) => &r.asset,
+        }
+    }
+
+    /// The recipient.
+    pub fn pay_to(&self) -> &str {
+        match self {
+            Self::V1(r) => &r.pay_to,
+            Self::V2(r) => &r.pay_to,
+        }
+    }
+
+    /// The scheme's `extra` object (empty when absent).
+    pub fn extra(&self) -> &JsonObject {
+        static EMPTY: std::sync::OnceLock<JsonObject> = std::sync::OnceLock::new();
+        match self {
+            Self::V1(r) => r
+                .extra
+                .as_ref()
+                .unwrap_or_else(|| EMPTY.get_or_init(JsonObject::new)),
+            Self::V2(r) => &r.extra,
+        }
+    }
+
+    /// The longest time, in seconds, the seller waits for the payment.
+    pub fn max_timeout_seconds(&self) -> u64 {
+        match self {
+            Self::V1(r) => r.max_timeout_seconds,
+            Self::V2(r) => r.max_timeout_seconds,
+        }
+    }
+
+    /// A copy with the amount replaced (an `upto` charge).
+    pub fn with_amount(&self, amount: AtomicAmount) -> Self {
+        let mut copy = self.clone();
+        match &mut copy {
+            Self::V1(r) => r.max_amount_required = amount,
+            Self::V2(r) => r.amount = amount,
+        }
+        copy
+    }
+}
+
+impl Serialize for PaymentRequirements {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::V1(r) => r.serialize(serializer),
+            Self::V2(r) => r.serialize(serializer),
+        }
+    }
+}
+
+/// The body of a facilitator's `POST /verify` and `POST /settle`.
+///
+/// The requirement is always in the payment's own version shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FacilitatorRequest {
+    /// The buyer's payment, exactly as it was sent.
+    pub payment_payload: PaymentPayload,
+    /// The seller's requirement the payment was matched to.
+    pub payment_requirements: PaymentRequirements,
+}
+
+impl FacilitatorRequest {
+    /// Pairs a payment with a requirement; `None` when their versions differ.
+    pub fn new(
+        payment_payload: PaymentPayload,
+        payment_requirements: PaymentRequirements,
+    ) -> Option<Self> {
+        match (&payment_payload, &payment_requirements) {
+            (PaymentPayload::V1(_), PaymentRequirements::V1(_))
+            | (PaymentPayload::V2(_), PaymentRequirements::V2(_)) => Some(Self {
+                payment_payload,
+                payment_requirements,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The protocol version of the pair.
+    pub fn version(&self) -> X402Version {
+        self.payment_payload.version()
+    }
+}
+
+impl Serialize for FacilitatorRequest {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Wire<'a> {
+            x402_version: X402Version,
+            payment_payload: &'a PaymentPayload,
+            payment_requirements: &'a PaymentRequirements,
+        }
+        Wire {
+            x402_version: self.version(),
+            payment_payload: &self.payment_payload,
+            payment_requirements: &self.payment_requirements,
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for FacilitatorRequest {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Wire {
+            payment_payload: Value,
+            payment_requirements: Value,
+        }
+        let wire = Wire::deserialize(deserializer)?;
+        let payment_payload =
+            PaymentPayload::from_value(wire.payment_payload).map_err(de::Error::custom)?;
+        let payment_requirements = match payment_payload.version() {
+            X402Version::V1 => PaymentRequirements::V1(
+                serde_json::from_value(wire.payment_requirements).map_err(de::Error::custom)?,
+            ),
+            X402Version::V2 => PaymentRequirements::V2(
+                serde_json::from_value(wire.payment_requirements).map_err(de::Error::custom)?,
+            ),
+        };
+        Ok(Self {
+            payment_payload,
+            payment_requirements,
+        })
+    }
+}
+
+/// A facilitator's answer to `POST /verify`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyResponse {
+    /// Whether the payment is valid for the requirement.
+    pub is_valid: bool,
+    /// A machine-readable reason when it is not (treat as an opaque code).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalid_reason: Option<String>,
+    /// Human-readable detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalid_message: Option<String>,
+    /// The paying address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payer: Option<String>,
+    /// Per-extension results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extensions: Option<JsonObject>,
+    /// Scheme-specific extra data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra: Option<JsonObject>,
+}
+
+impl VerifyResponse {
+    /// A valid verdict for `payer`.
+    pub fn valid(payer: impl Into<String>) -> Self {
+        Self {
+            is_valid: true,
+            payer: Some(payer.into()),
+            ..Self::default()
+        }
+    }
+
+    /// An invalid verdict with a reason code.
+    pub fn invalid(reason: impl Into<String>, payer: Option<String>) -> Self {
+        Self {
+            is_valid: false,
+            invalid_reason: Some(reason.into()),
+            payer,
+            ..Self::default()
+        }
+    }
+}
+
+/// A facilitator's answer to `POST /settle`, and the content of the
+/// `PAYMENT-RESPONSE` / `X-PAYMENT-RESPONSE` receipt headers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SettleResponse {
+    /// Whether the transfer happened.
+    pub success: bool,
+    /// A machine-readable reason on failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_reason: Option<String>,
+    /// Human-readable detail on failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_message: Option<String>,
+    /// The paying address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payer: Option<String>,
+    /// Transaction hash or signature; `""` on failure or for a zero charge.
+    #[serde(default)]
+    pub transaction: String,
+    /// The network, in the version's naming.
+    pub network: String,
+    /// The amount actually settled (always set for `upto`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount: Option<AtomicAmount>,
+    /// Per-extension results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extensions: Option<JsonObject>,
+    /// Scheme-specific extra data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra: Option<JsonObject>,
+}
+
+impl SettleResponse {
+    /// A failed settlement on `network` with a reason code.
+    pub fn failure(network: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            success: false,
+            error_reason: Some(reason.into()),
+            network: network.into(),
+            ..Self::default()
+        }
+    }
+}
+
+/// One `(version, scheme, network)` a facilitator handles.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SupportedKind {
+    /// The protocol version.
+    pub x402_version: X402Version,
+    /// The scheme.
+    pub scheme: String,
+    /// The network: a v1 name for v1 kinds, CAIP-2 for v2 kinds.
+    pub network: String,
+    /// Values sellers copy into their requirements (`feePayer`,
+    /// `facilitatorAddress`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra: Option<JsonObject>,
+}
+
+/// A facilitator's answer to `GET /supported`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SupportedResponse {
+    /// What it handles.
+    pub kinds: Vec<SupportedKind>,
+    /// Facilitator-side extension keys.
+    #[serde(default)]
+    pub extensions: Vec<String>,
+    /// Signer addresses by CAIP family pattern (`"eip155:*"`).
+    #[serde(default)]
+    pub signers: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+impl SupportedResponse {
+    /// The kind for `(version, scheme, network)`, matching the network exactly
+    /// or through a family wildcard such as `eip155:*`.
+    pub fn kind(
+        &self,
+        version: X402Version,
+        scheme: &str,
+        network: &str,
+    ) -> Option<&SupportedKind> {
+        self.kinds.iter().find(|k| {
+            k.x402_version == version
+                && k.scheme == scheme
+                && crate::network::pattern_matches(&k.network, network)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,154 @@
+//! The 402 challenge in both versions, built through the engine.
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use x402_core::{
+    codec,
+    facilitator::{Facilitator, FacilitatorError},
+    proto::{
+        v2, FacilitatorRequest, SettleResponse, SupportedKind, SupportedResponse, VerifyResponse,
+        X402Version,
+    },
+    route::RequestView,
+    Asset, Decision, Engine, Offer, Route,
+};
+
+const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
+const UPTO_FACILITATOR: &str = "0x1111111111111111111111111111111111111111";
+
+#[derive(Debug)]
+struct SupportedOnly;
+
+#[async_trait]
+impl Facilitator for SupportedOnly {
+    async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> {
+        Err(FacilitatorError::Timeout)
+    }
+    async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> {
+        Err(FacilitatorError::Timeout)
+    }
+    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
+        Ok(SupportedResponse {
+            kinds: vec![SupportedKind {
+                x402_version: X402Version::V2,
+                scheme: "upto".into(),
+                network: "eip155:*".into(),
+                extra: Some(
+                    serde_json::from_value(json!({ "facilitatorAddress": UPTO_FACILITATOR }))
+                        .unwrap(),
+                ),
+            }],
+            ..SupportedResponse::default()
+        })
+    }
+}
+
+fn assert_no_null(v: &Value, path: &str) {
+    match v {
+        Value::Null => panic!("null at {path}"),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .for_each(|(i, v)| assert_no_null(v, &format!("{path}[{i}]"))),
+        Value::Object(o) => o
+            .iter()
+            .for_each(|(k, v)| assert_no_null(v, &format!("{path}.{k}"))),
+        _ => {}
+    }
+}
+
+#[tokio::test]
+async fn v1_body_holds_only_rows_strict_v1_clients_accept() {
+    let engine = Engine::builder(SupportedOnly)
+        .route(
+            Route::get("/report")
+                .offer(Offer::exact("eip155:84532", "$0.01", PAY_TO))
+                .offer(Offer::upto("eip155:84532", "$0.05", PAY_TO))
+                .offer(Offer::exact("eip155:31337", "$0.01", PAY_TO).asset(
+                    Asset::new("0x5FbDB2315678afecb367f032d93F642f64180aa3", 6).eip712("USDC", "2"),
+                )),
+        )
+        .build()
+        .unwrap();
+    let req = http::Request::get("http://api.example.test/report?id=7")
+        .body(())
+        .unwrap();
+    let (parts, ()) = req.into_parts();
+    let Decision::Respond(resp) = engine.process(RequestView::from_parts(&parts)).await else {
+        panic!("expected a challenge");
+    };
+    assert_eq!(resp.status(), 402);
+    assert_eq!(resp.headers()["content-type"], "application/json");
+
+    let v2: v2::PaymentRequired =
+        codec::decode(resp.headers()[codec::PAYMENT_REQUIRED].as_bytes(), 1 << 16).unwrap();
+    assert_eq!(v2.accepts.len(), 3, "v2 offers everything");
+    assert_eq!(v2.resource.url, "http://api.example.test/report?id=7");
+    assert_eq!(v2.accepts[1].scheme, "upto");
+    assert_eq!(v2.accepts[1].extra["facilitatorAddress"], UPTO_FACILITATOR);
+    assert_eq!(v2.accepts[1].extra["assetTransferMethod"], "permit2");
+    assert_eq!(v2.error.as_deref(), Some("payment_required"));
+
+    let body: Value = serde_json::from_slice(resp.body()).unwrap();
+    assert_no_null(&body, "body");
+    assert_eq!(body["x402Version"], 1);
+    let accepts = body["accepts"].as_array().unwrap();
+    assert_eq!(accepts.len(), 1, "only the exact Base Sepolia row: {body}");
+    let row = &accepts[0];
+    assert_eq!(row["scheme"], "exact");
+    assert_eq!(row["network"], "base-sepolia");
+    assert_eq!(row["maxAmountRequired"], "10000");
+    assert!(row.get("amount").is_none());
+    assert_eq!(row["resource"], "http://api.example.test/report?id=7");
+    assert!(row["mimeType"].is_string());
+    assert!(row["description"].is_string());
+    assert_eq!(row["extra"], json!({"name": "USDC", "version": "2"}));
+}
+
+#[tokio::test]
+async fn static_challenge_with_fixed_resource_is_reused() {
+    let engine = Engine::builder(SupportedOnly)
+        .route(
+            Route::get("/r")
+                .offer(Offer::exact("eip155:84532", "$0.001", PAY_TO))
+                .resource_url("https://api.example.test/r")
+                .description("A report"),
+        )
+        .build()
+        .unwrap();
+    let mut headers = Vec::new();
+    for _ in 0..2 {
+        let (parts, ()) = http::Request::get("/r").body(()).unwrap().into_parts();
+        let Decision::Respond(resp) = engine.process(RequestView::from_parts(&parts)).await else {
+            panic!("expected a challenge");
+        };
+        headers.push(resp.headers()[codec::PAYMENT_REQUIRED].clone());
+    }
+    assert_eq!(headers[0], headers[1]);
+    let v2: v2::PaymentRequired = codec::decode(headers[0].as_bytes(), 1 << 16).unwrap();
+    assert_eq!(v2.resource.description, "A report");
+    assert_eq!(v2.accepts[0].amount.to_string(), "1000");
+}
+
+#[tokio::test]
+async fn bad_configuration_is_reported_at_build() {
+    let err = Engine::builder(SupportedOnly)
+        .route(Route::get("/x").offer(Offer::exact("eip155:84532", "1e3", PAY_TO)))
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("plain decimal"), "{err}");
+    let err = Engine::builder(SupportedOnly)
+        .route(Route::get("/x").offer(Offer::exact("eip155:999", "$1", PAY_TO)))
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("no default stablecoin"), "{err}");
+    let err = Engine::builder(SupportedOnly)
+        .route(Route::get("x"))
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("must start with"), "{err}");
+    assert!(Engine::builder(SupportedOnly)
+        .route(Route::get("/x"))
+        .build()
+        .is_err());
+}

@@ -1,0 +1,63 @@
+//! The x402 payment engine as a [`tower::Layer`](tower_layer::Layer).
+//!
+//! [`PaywallLayer`] wraps any `tower::Service<http::Request<_>>` whose
+//! response is an `http::Response` with any body. Requests to routes the
+//! [`Engine`] protects are answered with a 402 challenge until they carry a
+//! valid payment; a paid request reaches the inner service with the
+//! [`VerifiedPayment`] in its extensions, and its response gets the settlement
+//! receipt.
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use tower::{ServiceBuilder, ServiceExt};
+//! use x402_core::{Engine, Offer, Route};
+//! use x402_tower::PaywallLayer;
+//! # use x402_core::facilitator::{Facilitator, FacilitatorError};
+//! # use x402_core::proto::*;
+//! # #[derive(Debug)] struct Nobody;
+//! # #[async_trait::async_trait] impl Facilitator for Nobody {
+//! #   async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
+//! #   async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
+//! #   async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> { Ok(Default::default()) }
+//! # }
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let engine = Engine::builder(Nobody)
+//!     .route(Route::get("/paid").offer(Offer::exact(
+//!         "eip155:84532",
+//!         "$0.001",
+//!         "0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
+//!     )))
+//!     .build()?;
+//!
+//! let service = ServiceBuilder::new()
+//!     .layer(PaywallLayer::new(engine))
+//!     .service_fn(|_req: http::Request<String>| async {
+//!         Ok::<_, Infallible>(http::Response::new(String::from("the goods")))
+//!     });
+//!
+//! let response = service.oneshot(http::Request::get("/paid").body(String::new())?).await?;
+//! assert_eq!(response.status(), 402);
+//! assert!(response.headers().contains_key("payment-required"));
+//! # Ok(()) }
+//! ```
+//!
+//! # Bodies
+//!
+//! Routes that settle after the handler (the default) hold the handler's body
+//! until the money moved: a failed settlement must not leak a paid body, and
+//! a body that fails midway must not be charged. Routes that settle before
+//! the handler stream the body untouched. Everything else passes through as
+//! it is.
+
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+mod body;
+mod future;
+mod layer;
+mod service;
+
+pub use self::body::PaywallBody;
+pub use self::future::ResponseFuture;
+pub use self::layer::PaywallLayer;
+pub use self::service::Paywall;
+pub use x402_core::{Engine, VerifiedPayment};

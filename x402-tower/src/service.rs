@@ -1,0 +1,132 @@
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use http_body::Body;
+use http_body_util::BodyExt;
+use tower_service::Service;
+use x402_core::{
+    engine::{handler_failed_response, Completion, Decision},
+    route::{RequestView, SettlementTiming},
+    Engine,
+};
+
+use crate::{PaywallBody, ResponseFuture};
+
+/// The paywall middleware built by [`PaywallLayer`](crate::PaywallLayer).
+#[derive(Debug, Clone)]
+pub struct Paywall<S> {
+    inner: S,
+    engine: Engine,
+}
+
+impl<S> Paywall<S> {
+    /// Wraps `inner` with the paywall driven by `engine`.
+    pub fn new(inner: S, engine: Engine) -> Self {
+        Self { inner, engine }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Consumes the paywall, returning the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Paywall<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: Body + Send + 'static,
+    ResBody::Data: Send,
+    ResBody::Error: std::fmt::Display + Send,
+{
+    type Response = Response<PaywallBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<ResBody, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
+        // The instance that reported ready goes into the future; this one keeps
+        // a fresh clone (see "Be careful when cloning inner services" in
+        // tower-service's docs).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let engine = self.engine.clone();
+
+        ResponseFuture {
+            inner: Box::pin(async move {
+                let decision = {
+                    let view = RequestView::new(request.method(), request.uri(), request.headers());
+                    engine.process(view).await
+                };
+                let paid = match decision {
+                    Decision::Pass => {
+                        return inner
+                            .call(request)
+                            .await
+                            .map(|r| r.map(PaywallBody::stream));
+                    }
+                    Decision::Respond(response) => return Ok(response.map(PaywallBody::full)),
+                    Decision::Paid(paid) => paid,
+                };
+                request.extensions_mut().insert(paid.payment().clone());
+
+                if paid.timing() == SettlementTiming::BeforeHandler {
+                    let settled = match paid.settle().await {
+                        Ok(settled) => settled,
+                        Err(response) => return Ok(response.map(PaywallBody::full)),
+                    };
+                    let mut response = inner.call(request).await?;
+                    settled.finish(response.headers_mut());
+                    return Ok(response.map(PaywallBody::stream));
+                }
+
+                let response = match inner.call(request).await {
+                    Ok(response) => response,
+                    Err(e) => {
+                        paid.abort().await;
+                        return Err(e);
+                    }
+                };
+                let (mut parts, body) = response.into_parts();
+                // Held until settled: a refused settlement must not leak it,
+                // and a body that fails midway must not be charged.
+                let data = match body.collect().await {
+                    Ok(collected) => collected.to_bytes(),
+                    Err(e) => {
+                        tracing::error!(error = %e, "x402: paid handler's body failed; not settling");
+                        paid.abort().await;
+                        return Ok(handler_failed_response().map(PaywallBody::full));
+                    }
+                };
+                match paid.complete(parts.status, &mut parts.headers).await {
+                    Completion::Deliver => {
+                        // The body's length is known now.
+                        parts.headers.remove(http::header::TRANSFER_ENCODING);
+                        Ok(Response::from_parts(parts, PaywallBody::full(data)))
+                    }
+                    Completion::Replace(response) => Ok(response.map(PaywallBody::full)),
+                }
+            }),
+        }
+    }
+}
