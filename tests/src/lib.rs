@@ -22,6 +22,7 @@
     missing_docs
 )]
 
+pub mod actix;
 pub mod adapters;
 pub mod client;
 pub mod handler;

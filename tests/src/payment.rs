@@ -17,8 +17,13 @@ pub fn random_hex(n: usize) -> String {
 }
 
 /// An EIP-3009 `exact` payload: a 65-byte signature and an authorization
-/// with a random 32-byte nonce.
+/// with a random 32-byte nonce, valid for the next five minutes.
 pub fn eip3009_payload(to: &str, value: &str) -> Value {
+    let valid_before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 300;
     json!({
         "signature": random_hex(65),
         "authorization": {
@@ -26,7 +31,7 @@ pub fn eip3009_payload(to: &str, value: &str) -> Value {
             "to": to,
             "value": value,
             "validAfter": "0",
-            "validBefore": "99999999999",
+            "validBefore": valid_before.to_string(),
             "nonce": random_hex(32),
         }
     })

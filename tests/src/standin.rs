@@ -282,6 +282,9 @@ async fn settle(
     }
 }
 
+/// The facilitator address the stand-in advertises for `upto`.
+pub const UPTO_FACILITATOR: &str = "0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002";
+
 /// The `/supported` answer: exact v1 + v2 on Base Sepolia, exact SVM devnet
 /// with a `feePayer`.
 pub fn supported_json() -> Value {
@@ -289,6 +292,8 @@ pub fn supported_json() -> Value {
         "kinds": [
             {"x402Version": 1, "scheme": "exact", "network": "base-sepolia"},
             {"x402Version": 2, "scheme": "exact", "network": "eip155:84532"},
+            {"x402Version": 2, "scheme": "upto", "network": "eip155:84532",
+             "extra": {"facilitatorAddress": UPTO_FACILITATOR}},
             {"x402Version": 2, "scheme": "exact", "network": "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1",
              "extra": {"feePayer": "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4"}}
         ],

@@ -3,7 +3,7 @@ use axum_core::{
     response::{IntoResponse, Response},
 };
 use http::{request::Parts, StatusCode};
-use x402_core::VerifiedPayment;
+use x402_core::{meter::Meter, VerifiedPayment};
 
 /// Extracts the payment the paywall verified for this request.
 ///
@@ -64,5 +64,35 @@ impl<S: Send + Sync> OptionalFromRequestParts<S> for Payment {
             .get::<VerifiedPayment>()
             .cloned()
             .map(Payment))
+    }
+}
+
+/// Extracts the usage meter of an `upto` route, where the handler reports
+/// what the call cost (see [`x402_core::meter`]).
+///
+/// Rejects with [`MissingPaywall`] when the request carries no verified
+/// `upto` payment.
+///
+/// ```
+/// use x402_axum::UsageMeter;
+///
+/// async fn completion(UsageMeter(meter): UsageMeter) -> &'static str {
+///     meter.add(740u64); // atomic units used by this call
+///     "done"
+/// }
+/// ```
+#[derive(Debug, Clone)]
+pub struct UsageMeter(pub Meter);
+
+impl<S: Send + Sync> FromRequestParts<S> for UsageMeter {
+    type Rejection = MissingPaywall;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<VerifiedPayment>()
+            .and_then(|p| p.meter.clone())
+            .map(UsageMeter)
+            .ok_or(MissingPaywall)
     }
 }

@@ -117,3 +117,94 @@ async fn supported(State(facilitator): Shared) -> Response {
         Err(e) => unavailable(&e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use async_trait::async_trait;
+    use axum::{body::Body, http::Request};
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    use x402_core::proto::{SettleResponse, SupportedResponse, VerifyResponse};
+
+    use super::*;
+
+    /// Verifies everything as invalid, cannot settle, supports nothing.
+    #[derive(Debug)]
+    struct Stub;
+
+    #[async_trait]
+    impl Facilitator for Stub {
+        async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> {
+            Ok(VerifyResponse::invalid("nope", Some("0xpayer".into())))
+        }
+        async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> {
+            Err(FacilitatorError::Timeout)
+        }
+        async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
+            Ok(SupportedResponse::default())
+        }
+    }
+
+    const REQUEST: &str = r#"{"x402Version":2,"paymentPayload":{"x402Version":2,"accepted":{"scheme":"exact","network":"eip155:84532","amount":"1000","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","payTo":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","maxTimeoutSeconds":60,"extra":{}},"payload":{}},"paymentRequirements":{"scheme":"exact","network":"eip155:84532","amount":"1000","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","payTo":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","maxTimeoutSeconds":60,"extra":{}}}"#;
+
+    async fn call(method: &str, path: &str, body: &str) -> (StatusCode, serde_json::Value) {
+        let response = facilitator_router(Arc::new(Stub))
+            .oneshot(
+                Request::builder()
+                    .method(method)
+                    .uri(path)
+                    .header("content-type", "application/json")
+                    .body(Body::from(body.to_owned()))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn verify_answers_200_with_the_verdict() {
+        let (status, json) = call("POST", "/verify", REQUEST).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(json["isValid"], false);
+        assert_eq!(json["invalidReason"], "nope");
+        assert_eq!(json["payer"], "0xpayer");
+    }
+
+    #[tokio::test]
+    async fn facilitator_errors_answer_502() {
+        let (status, json) = call("POST", "/settle", REQUEST).await;
+        assert_eq!(status, StatusCode::BAD_GATEWAY);
+        assert_eq!(
+            json["error"],
+            "facilitator could not answer: facilitator timed out"
+        );
+    }
+
+    #[tokio::test]
+    async fn malformed_bodies_answer_400_without_echoing_input() {
+        for body in [
+            "",
+            "{",
+            "[1]",
+            r#"{"paymentPayload":{"x402Version":2,"secret":"0xdeadbeefsecret"}}"#,
+        ] {
+            let (status, json) = call("POST", "/verify", body).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+            let error = json["error"].as_str().unwrap();
+            assert!(!error.contains("deadbeef"), "{error}");
+        }
+    }
+
+    #[tokio::test]
+    async fn supported_answers_200() {
+        let (status, json) = call("GET", "/supported", "").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            json,
+            serde_json::json!({"kinds": [], "extensions": [], "signers": {}})
+        );
+    }
+}

@@ -43,9 +43,14 @@ mod extract;
 #[cfg(feature = "facilitator-server")]
 #[cfg_attr(docsrs, doc(cfg(feature = "facilitator-server")))]
 mod facilitator;
+#[cfg(feature = "webhooks")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
+mod webhook;
 
-pub use self::extract::{MissingPaywall, OptionalPayment, Payment};
+pub use self::extract::{MissingPaywall, OptionalPayment, Payment, UsageMeter};
 #[cfg(feature = "facilitator-server")]
 pub use self::facilitator::facilitator_router;
+#[cfg(feature = "webhooks")]
+pub use self::webhook::{VerifiedWebhook, WebhookRejection};
 pub use x402_core::{self as core, Engine, Offer, Route, VerifiedPayment};
 pub use x402_tower::{Paywall, PaywallBody, PaywallLayer};

@@ -14,6 +14,7 @@
 //! | after `/settle` answered | [`after_settle`](PaymentHooks::after_settle) | observe |
 //! | `/settle` failed to answer | [`on_settle_failure`](PaymentHooks::on_settle_failure) | recover with a receipt |
 //! | a verified payment ends unsettled | [`on_payment_canceled`](PaymentHooks::on_payment_canceled) | clean up (release a claim) |
+//! | a settled payment opened a session | [`on_session_opened`](PaymentHooks::on_session_opened) | observe |
 //!
 //! Unlike upstream, hooks fail closed: a hook that returns an error from a
 //! step that gates the handler stops the request (503 with `Retry-After` for
@@ -149,6 +150,23 @@ pub enum CancelReason {
     Refused,
 }
 
+/// A prepaid session that a settled payment opened. The token itself is
+/// never given to hooks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionOpened {
+    /// The session offer's id.
+    pub offer_id: String,
+    /// Calls sold.
+    pub calls: u64,
+    /// Calls left after the opening call.
+    pub remaining: u64,
+    /// Unix seconds when it expires.
+    pub expires_at: u64,
+    /// Its scope.
+    pub scope: String,
+}
+
 /// A hook could not do its job. Hooks fail closed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -223,4 +241,13 @@ pub trait PaymentHooks: Send + Sync + 'static {
 
     /// A verified payment ended without a settlement attempt.
     async fn on_payment_canceled(&self, _ctx: &PaymentContext<'_>, _reason: CancelReason) {}
+
+    /// A settled payment opened a prepaid session.
+    async fn on_session_opened(
+        &self,
+        _ctx: &PaymentContext<'_>,
+        _receipt: &SettleResponse,
+        _session: &SessionOpened,
+    ) {
+    }
 }

@@ -11,13 +11,18 @@ pub mod hooks;
 #[cfg(feature = "local-facilitator")]
 #[cfg_attr(docsrs, doc(cfg(feature = "local-facilitator")))]
 pub mod local;
+pub mod meter;
 pub mod money;
 pub mod network;
 pub mod paywall;
 pub mod proto;
 pub mod route;
+pub mod session;
 pub mod svm;
+#[cfg(feature = "webhooks")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
+pub mod webhook;
 
-pub use engine::{Completion, Decision, Engine, EngineBuilder, PaidRequest, VerifiedPayment};
+pub use engine::{Completion, Decision, Engine, EngineBuilder, PaidRequest, SessionCall, VerifiedPayment};
 pub use facilitator::Facilitator;
 pub use route::{Asset, Offer, Route};

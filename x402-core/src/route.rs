@@ -312,6 +312,7 @@ pub struct Route {
     pub(crate) timing: SettlementTiming,
     pub(crate) extensions: JsonObject,
     pub(crate) output_schema: Option<JsonObject>,
+    pub(crate) sessions: Vec<crate::session::SessionOffer>,
 }
 
 impl Route {
@@ -327,6 +328,7 @@ impl Route {
             timing: SettlementTiming::default(),
             extensions: JsonObject::new(),
             output_schema: None,
+            sessions: Vec::new(),
         }
     }
 
@@ -412,6 +414,15 @@ impl Route {
     #[must_use]
     pub fn extension(mut self, key: impl Into<String>, declaration: Value) -> Self {
         self.extensions.insert(key.into(), declaration);
+        self
+    }
+
+    /// Sells prepaid sessions on this route (v2 only; see
+    /// [`session`](crate::session)). All session offers of a route share one
+    /// scope, and this route redeems sessions of that scope.
+    #[must_use]
+    pub fn session(mut self, offer: crate::session::SessionOffer) -> Self {
+        self.sessions.push(offer);
         self
     }
 

@@ -913,4 +913,53 @@ mod chain {
         assert!(debug.contains("84532"), "{debug}");
         assert!(ChainLedger::new(&anvil.url, "0x1234").await.is_err());
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn anvil_token_refusal_is_caught_by_simulation_and_settlement() {
+        let anvil = Anvil::start();
+        let env = setup(&anvil).await;
+        // A token whose real EIP-712 name is not the `extra.name` ("USDC") the
+        // seller advertises: every offline check passes, the chain refuses.
+        let other = anvil::deploy_test_usdc(&env.deployer, "Other Coin", "2").await;
+        let key = payer();
+        anvil::mint(&env.deployer, other, key.address(), PRICE).await;
+        let request = request_v2(other, &Spec::valid(other).sign(&key));
+        let verdict = env.facilitator.verify(&request).await.unwrap();
+        assert!(!verdict.is_valid);
+        assert_eq!(
+            verdict.invalid_reason.as_deref(),
+            Some(reason::SIMULATION_FAILED)
+        );
+        assert!(
+            verdict
+                .invalid_message
+                .as_deref()
+                .unwrap_or("")
+                .contains("invalid signature"),
+            "{verdict:?}"
+        );
+        let receipt = env.facilitator.settle(&request).await.unwrap();
+        assert!(!receipt.success);
+        assert_eq!(
+            receipt.error_reason.as_deref(),
+            Some(reason::TRANSACTION_FAILED)
+        );
+        assert!(
+            receipt
+                .error_message
+                .as_deref()
+                .unwrap_or("")
+                .contains("invalid signature"),
+            "{receipt:?}"
+        );
+        assert_eq!(receipt.transaction, "");
+        assert_eq!(
+            anvil::balance_of(&env.deployer, other, key.address()).await,
+            U256::from(PRICE)
+        );
+        assert_eq!(
+            anvil::balance_of(&env.deployer, other, PAYEE).await,
+            U256::ZERO
+        );
+    }
 }

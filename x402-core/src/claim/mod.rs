@@ -13,6 +13,7 @@
 //! | first copy of an authorization | claimed; the handler runs |
 //! | a copy of a claimed authorization | 402 `payment_replayed` |
 //! | a payment this crate cannot key (unknown network or payload) | 402 `claim_unsupported`, unless [allowed](ReplayGuard::allow_unclaimable) |
+//! | a payload that cannot be read (the facilitator accepted it; this crate cannot) | 402 `invalid_payload` |
 //! | an authorization valid for more than 366 days | 402 `authorization_lifetime_too_long` |
 //! | the store errors, or misses the [deadline](ReplayGuard::deadline) | 503 `claim_unavailable` with `Retry-After` |
 //! | the handler fails (≥ 400), is aborted, or a later hook refuses | the claim is released |
@@ -82,7 +83,11 @@
 //! not report [`Claimed::Claimed`] for a key that is still claimed, and may
 //! forget a claim once `expires_at` has passed.
 
-use std::{error::Error as StdError, sync::Arc, time::Duration, time::SystemTime};
+use std::{
+    error::Error as StdError,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 
 use async_trait::async_trait;
 
@@ -95,7 +100,6 @@ mod redis;
 mod tests;
 
 #[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::RedisClaimStore;
 pub use guard::ReplayGuard;
 pub use key::{

@@ -25,11 +25,11 @@ fn extra_echoed(server: &JsonObject, client: &JsonObject) -> bool {
 /// The server's requirement a v2 payment's `accepted` refers to: `scheme`,
 /// `network`, `amount`, `asset`, `payTo` and `maxTimeoutSeconds` equal, and
 /// the server's `extra` echoed.
-pub(crate) fn match_v2<'a>(
-    accepts: &'a [v2::PaymentRequirements],
+pub(crate) fn match_v2(
+    accepts: &[v2::PaymentRequirements],
     accepted: &v2::PaymentRequirements,
-) -> Option<&'a v2::PaymentRequirements> {
-    accepts.iter().find(|r| {
+) -> Option<usize> {
+    accepts.iter().position(|r| {
         r.scheme == accepted.scheme
             && r.network == accepted.network
             && r.amount == accepted.amount
@@ -43,11 +43,8 @@ pub(crate) fn match_v2<'a>(
 /// The server's requirement a v1 payment refers to: `(scheme, network)`
 /// equal, among the rows the v1 challenge offers. The facilitator checks the
 /// amount and recipient against the server's row.
-pub(crate) fn match_v1<'a>(
-    accepts: &'a [v2::PaymentRequirements],
-    payment: &v1::PaymentPayload,
-) -> Option<&'a v2::PaymentRequirements> {
-    accepts.iter().find(|r| {
+pub(crate) fn match_v1(accepts: &[v2::PaymentRequirements], payment: &v1::PaymentPayload) -> Option<usize> {
+    accepts.iter().position(|r| {
         r.scheme == EXACT
             && r.scheme == payment.scheme
             && network::legacy_v1_accepts(&r.network)

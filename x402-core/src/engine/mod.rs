@@ -45,25 +45,36 @@
 //! # Ok(()) }
 //! ```
 
-use std::{fmt, sync::Arc};
+use std::{
+    fmt,
+    sync::Arc,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
 
 use http::{HeaderMap, HeaderValue, StatusCode};
+use serde_json::{json, Value};
 use tokio::sync::OnceCell;
 
 use crate::{
+    claim::ReplayGuard,
     codec,
     facilitator::{Facilitator, FacilitatorError},
     hooks::{
         AfterVerify, BeforeSettle, BeforeVerify, CancelReason, HookError, PaymentContext,
-        PaymentHooks, ProtectedRequest, RequestContext,
+        PaymentHooks, ProtectedRequest, RequestContext, SessionOpened,
     },
+    meter::{self, Meter},
     money::AtomicAmount,
     paywall::{DefaultPaywall, Paywall},
     proto::{
-        v2, FacilitatorRequest, PaymentPayload, PaymentRequirements, SettleResponse,
+        v2, FacilitatorRequest, JsonObject, PaymentPayload, PaymentRequirements, SettleResponse,
         SupportedResponse, VerifyResponse, X402Version,
     },
-    route::{PatternError, Pricing, RequestView, Route, SettlementTiming},
+    route::{Offer, PatternError, Pricing, RequestView, Route, SettlementTiming, UPTO},
+    session::{
+        MemorySessionStore, Redemption, SessionRecord, SessionStore, SessionToken, TokenHash,
+        X_PAYMENT_SESSION, X_PAYMENT_SESSION_REMAINING,
+    },
 };
 
 mod matching;
@@ -71,7 +82,10 @@ mod resolve;
 mod response;
 
 pub use self::resolve::OfferError;
-pub use self::response::{handler_failed_response, EngineResponse, Refusal, EXPOSE_HEADERS};
+use self::resolve::ResolvedOffer;
+pub use self::response::{
+    handler_failed_response, EngineResponse, Refusal, EXPOSE_HEADERS,
+};
 use self::response::{ChallengeParts, EncodedChallenge};
 
 /// The payment engine. Cheap to clone (an `Arc` inside).
@@ -87,6 +101,8 @@ struct Inner {
     max_header_bytes: usize,
     paywall: Arc<dyn Paywall>,
     supported: OnceCell<Arc<SupportedResponse>>,
+    sessions: Arc<dyn SessionStore>,
+    session_deadline: Duration,
 }
 
 impl fmt::Debug for Engine {
@@ -109,9 +125,29 @@ struct CompiledRoute {
 /// A route's offers as requirements, with what can be encoded once.
 #[derive(Debug)]
 struct Resolved {
-    accepts: Vec<v2::PaymentRequirements>,
+    accepts: Vec<ResolvedOffer>,
+    /// The same requirements, as the challenge lists them.
+    rows: Vec<v2::PaymentRequirements>,
+    sessions: Vec<ResolvedSession>,
+    /// The route's extension declarations, plus `session` when it sells any.
+    extensions: JsonObject,
     /// The whole `payment_required` challenge, when the resource URL is fixed.
     fixed: Option<(v2::ResourceInfo, EncodedChallenge)>,
+}
+
+#[derive(Debug)]
+struct ResolvedSession {
+    id: String,
+    calls: u64,
+    ttl: Duration,
+    scope: String,
+    accepts: Vec<ResolvedOffer>,
+}
+
+impl Resolved {
+    fn scope(&self) -> Option<&str> {
+        self.sessions.first().map(|s| s.scope.as_str())
+    }
 }
 
 /// Builds an [`Engine`].
@@ -122,6 +158,9 @@ pub struct EngineBuilder {
     hooks: Vec<Arc<dyn PaymentHooks>>,
     max_header_bytes: usize,
     paywall: Arc<dyn Paywall>,
+    sessions: Arc<dyn SessionStore>,
+    session_deadline: Duration,
+    replay_guard: Option<ReplayGuard>,
 }
 
 impl fmt::Debug for EngineBuilder {
@@ -152,6 +191,19 @@ pub enum ConfigError {
     /// A route with static pricing has no offers.
     #[error("route {0} has no offers")]
     NoOffers(String),
+    /// An `upto` route cannot settle before its handler: the charge is only
+    /// known after it.
+    #[error("route {0}: an upto offer cannot settle before the handler")]
+    UptoBeforeHandler(String),
+    /// A route's session offers are invalid (no way to pay, duplicate ids,
+    /// several scopes).
+    #[error("route {route}: {reason}")]
+    Session {
+        /// The route's pattern.
+        route: String,
+        /// Why.
+        reason: &'static str,
+    },
 }
 
 impl EngineBuilder {
@@ -192,6 +244,37 @@ impl EngineBuilder {
         self
     }
 
+    /// Where prepaid sessions live (default: [`MemorySessionStore`], one
+    /// process). Share a Redis store between instances.
+    pub fn session_store(mut self, store: impl SessionStore) -> Self {
+        self.sessions = Arc::new(store);
+        self
+    }
+
+    /// Replaces the default replay guard (claims in this process's memory)
+    /// with another, typically one over a [`RedisClaimStore`](crate::claim)
+    /// shared by every instance. The guard runs before every other
+    /// after-verify hook.
+    pub fn replay_guard(mut self, guard: ReplayGuard) -> Self {
+        self.replay_guard = Some(guard);
+        self
+    }
+
+    /// Removes the replay guard: one signed payment may then run a paid
+    /// handler once per copy sent before it settles. Only for engines whose
+    /// facilitator or hooks already make verification consume the payment.
+    pub fn dangerous_disable_replay_guard(mut self) -> Self {
+        self.replay_guard = None;
+        self
+    }
+
+    /// How long a session store call may take before the request is refused
+    /// with 503 `session_unavailable` (default 250 ms).
+    pub fn session_deadline(mut self, deadline: Duration) -> Self {
+        self.session_deadline = deadline;
+        self
+    }
+
     /// Checks every route and builds the engine. Offers that need nothing
     /// from the facilitator are resolved and their challenges encoded now.
     pub fn build(self) -> Result<Engine, ConfigError> {
@@ -200,44 +283,106 @@ impl EngineBuilder {
             if let Err(e) = &route.pattern {
                 return Err(ConfigError::Pattern(e.clone()));
             }
+            check_sessions(&route)?;
             let resolved = OnceCell::new();
             if let Pricing::Static(offers) = &route.pricing {
                 if offers.is_empty() {
                     return Err(ConfigError::NoOffers(route.pattern().to_owned()));
                 }
-                if !offers.iter().any(resolve::needs_supported) {
+                if route.timing == SettlementTiming::BeforeHandler
+                    && offers.iter().any(|o| o.scheme == UPTO)
+                {
+                    return Err(ConfigError::UptoBeforeHandler(route.pattern().to_owned()));
+                }
+                let needs = offers
+                    .iter()
+                    .chain(route.sessions.iter().flat_map(|s| &s.offers))
+                    .any(resolve::needs_supported);
+                if !needs {
                     let r = resolve_route(&route, offers, None)?;
                     let _ = resolved.set(Arc::new(r));
                 }
             }
             routes.push(CompiledRoute { route, resolved });
         }
+        let mut hooks: Vec<Arc<dyn PaymentHooks>> = Vec::with_capacity(self.hooks.len() + 1);
+        if let Some(guard) = self.replay_guard {
+            hooks.push(Arc::new(guard));
+        }
+        hooks.extend(self.hooks);
         Ok(Engine {
             inner: Arc::new(Inner {
                 facilitator: self.facilitator,
                 routes,
-                hooks: self.hooks,
+                hooks,
                 max_header_bytes: self.max_header_bytes,
                 paywall: self.paywall,
                 supported: OnceCell::new(),
+                sessions: self.sessions,
+                session_deadline: self.session_deadline,
             }),
         })
     }
 }
 
-fn resolve_route(
+fn check_sessions(route: &Route) -> Result<(), ConfigError> {
+    let err = |reason| ConfigError::Session {
+        route: route.pattern().to_owned(),
+        reason,
+    };
+    for (i, s) in route.sessions.iter().enumerate() {
+        if s.offers.is_empty() {
+            return Err(err("a session offer has no way to pay"));
+        }
+        if s.offers.iter().any(|o| o.scheme == UPTO) {
+            return Err(err("a session is sold with exact payments, not upto"));
+        }
+        if route.sessions[..i].iter().any(|o| o.id == s.id) {
+            return Err(err("two session offers share an id"));
+        }
+        if s.scope != route.sessions[0].scope {
+            return Err(err("the session offers of one route must share a scope"));
+        }
+    }
+    Ok(())
+}
+
+fn resolve_all(
     route: &Route,
-    offers: &[crate::route::Offer],
+    offers: &[Offer],
     supported: Option<&SupportedResponse>,
-) -> Result<Resolved, ConfigError> {
-    let accepts = offers
+) -> Result<Vec<ResolvedOffer>, ConfigError> {
+    offers
         .iter()
         .map(|o| resolve::resolve_offer(o, supported))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|source| ConfigError::Offer {
             route: route.pattern().to_owned(),
             source,
-        })?;
+        })
+}
+
+fn resolve_route(
+    route: &Route,
+    offers: &[Offer],
+    supported: Option<&SupportedResponse>,
+) -> Result<Resolved, ConfigError> {
+    let accepts = resolve_all(route, offers, supported)?;
+    let rows = accepts.iter().map(|a| a.requirements.clone()).collect::<Vec<_>>();
+    let mut sessions = Vec::with_capacity(route.sessions.len());
+    for s in &route.sessions {
+        sessions.push(ResolvedSession {
+            id: s.id.clone(),
+            calls: s.calls,
+            ttl: s.ttl,
+            scope: s.scope.clone(),
+            accepts: resolve_all(route, &s.offers, supported)?,
+        });
+    }
+    let mut extensions = route.extensions.clone();
+    if !sessions.is_empty() {
+        extensions.insert("session".into(), session_extension(&sessions));
+    }
     let fixed = route.resource_url.as_ref().and_then(|url| {
         let resource = v2::ResourceInfo {
             url: url.clone(),
@@ -246,14 +391,60 @@ fn resolve_route(
         };
         let encoded = ChallengeParts {
             resource: &resource,
-            accepts: &accepts,
-            extensions: &route.extensions,
+            accepts: &rows,
+            extensions: &extensions,
             output_schema: route.output_schema.as_ref(),
         }
         .encode(Refusal::PaymentRequired.reason(), None)?;
         Some((resource, encoded))
     });
-    Ok(Resolved { accepts, fixed })
+    Ok(Resolved {
+        accepts,
+        rows,
+        sessions,
+        extensions,
+        fixed,
+    })
+}
+
+/// The `extensions["session"]` declaration of the v2 challenge.
+fn session_extension(sessions: &[ResolvedSession]) -> Value {
+    let offers: Vec<Value> = sessions
+        .iter()
+        .map(|s| {
+            json!({
+                "id": s.id,
+                "calls": s.calls,
+                "ttlSeconds": s.ttl.as_secs(),
+                "scope": s.scope,
+                "accepts": s.accepts.iter().map(|a| &a.requirements).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "info": { "offers": offers },
+        "schema": {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "required": ["offers"],
+            "properties": {
+                "offers": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["id", "calls", "ttlSeconds", "scope", "accepts"],
+                        "properties": {
+                            "id": { "type": "string" },
+                            "calls": { "type": "integer", "minimum": 1 },
+                            "ttlSeconds": { "type": "integer", "minimum": 0 },
+                            "scope": { "type": "string" },
+                            "accepts": { "type": "array", "items": { "type": "object" } }
+                        }
+                    }
+                }
+            }
+        }
+    })
 }
 
 /// What to do with a request.
@@ -265,8 +456,8 @@ pub enum Decision {
     Pass,
     /// Send this response; the handler does not run.
     Respond(EngineResponse),
-    /// A verified payment: run the handler, then finish with the
-    /// [`PaidRequest`].
+    /// A verified payment (or a redeemed session call): run the handler, then
+    /// finish with the [`PaidRequest`].
     Paid(Box<PaidRequest>),
 }
 
@@ -282,16 +473,32 @@ pub struct VerifiedPayment {
     pub network: String,
     /// The payer's address, as the facilitator reported it.
     pub payer: Option<String>,
-    /// The amount authorised (the price for `exact`, the ceiling for `upto`).
+    /// The amount authorised (the price for `exact`, the ceiling for `upto`,
+    /// zero for a call redeemed from a prepaid session).
     pub amount: AtomicAmount,
     /// The asset.
     pub asset: String,
     /// The recipient.
     pub pay_to: String,
-    /// The seller's requirement the payment matched.
+    /// The seller's requirement the payment matched (for a session call, the
+    /// first way the session was sold).
     pub requirements: v2::PaymentRequirements,
     /// The matched route's pattern.
     pub route: String,
+    /// On `upto` routes, where the handler reports what the call cost.
+    pub meter: Option<Meter>,
+    /// Set when the call was redeemed from a prepaid session.
+    pub session: Option<SessionCall>,
+}
+
+/// A call redeemed from a prepaid session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionCall {
+    /// Calls left after this one.
+    pub remaining: u64,
+    /// The session's scope.
+    pub scope: String,
 }
 
 /// How a request's resource is described in challenges.
@@ -330,19 +537,18 @@ fn request_url(request: &RequestView<'_>) -> String {
     format!("{scheme}://{host}{path}")
 }
 
-/// The offers in force for one request.
-enum Offers {
-    Static(Arc<Resolved>),
-    Dynamic(Vec<v2::PaymentRequirements>),
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
 }
 
-impl Offers {
-    fn accepts(&self) -> &[v2::PaymentRequirements] {
-        match self {
-            Self::Static(r) => &r.accepts,
-            Self::Dynamic(a) => a,
-        }
-    }
+/// The requirement a payment matched.
+struct Matched<'a> {
+    offer: &'a ResolvedOffer,
+    /// The session offer it buys, if any.
+    session: Option<usize>,
 }
 
 impl Engine {
@@ -359,6 +565,9 @@ impl Engine {
             hooks: Vec::new(),
             max_header_bytes: codec::DEFAULT_MAX_HEADER_BYTES,
             paywall: Arc::new(DefaultPaywall),
+            sessions: Arc::new(MemorySessionStore::new()),
+            session_deadline: Duration::from_millis(250),
+            replay_guard: Some(ReplayGuard::memory()),
         }
     }
 
@@ -388,29 +597,40 @@ impl Engine {
             .cloned()
     }
 
+    async fn supported_for(&self, offers: &[&Offer]) -> Result<Option<Arc<SupportedResponse>>, Refusal> {
+        if !offers.iter().any(|o| resolve::needs_supported(o)) {
+            return Ok(None);
+        }
+        self.supported().await.map(Some).map_err(|e| {
+            tracing::error!(error = %e, "x402: facilitator /supported failed");
+            Refusal::FacilitatorUnavailable
+        })
+    }
+
     async fn offers(
         &self,
         compiled: &CompiledRoute,
         request: &RequestView<'_>,
-    ) -> Result<Option<Offers>, Refusal> {
-        match &compiled.route.pricing {
+    ) -> Result<Option<Arc<Resolved>>, Refusal> {
+        let route = &compiled.route;
+        let built = |r: Result<Resolved, ConfigError>| {
+            r.map(Arc::new).map_err(|e| {
+                tracing::error!(error = %e, "x402: route offers cannot be built");
+                Refusal::Internal
+            })
+        };
+        let session_offers = route.sessions.iter().flat_map(|s| &s.offers);
+        match &route.pricing {
             Pricing::Static(offers) => {
                 let resolved = compiled
                     .resolved
                     .get_or_try_init(|| async {
-                        let supported = self.supported().await.map_err(|e| {
-                            tracing::error!(error = %e, "x402: facilitator /supported failed");
-                            Refusal::FacilitatorUnavailable
-                        })?;
-                        resolve_route(&compiled.route, offers, Some(&supported))
-                            .map(Arc::new)
-                            .map_err(|e| {
-                                tracing::error!(error = %e, "x402: route offers cannot be built");
-                                Refusal::Internal
-                            })
+                        let all: Vec<&Offer> = offers.iter().chain(session_offers).collect();
+                        let supported = self.supported_for(&all).await?;
+                        built(resolve_route(route, offers, supported.as_deref()))
                     })
                     .await?;
-                Ok(Some(Offers::Static(resolved.clone())))
+                Ok(Some(resolved.clone()))
             }
             Pricing::Dynamic(pricing) => {
                 let Some(offers) = pricing.offers(request.to_owned_info()).await else {
@@ -419,29 +639,22 @@ impl Engine {
                 if offers.is_empty() {
                     return Ok(None);
                 }
-                let supported = if offers.iter().any(resolve::needs_supported) {
-                    Some(self.supported().await.map_err(|e| {
-                        tracing::error!(error = %e, "x402: facilitator /supported failed");
-                        Refusal::FacilitatorUnavailable
-                    })?)
-                } else {
-                    None
-                };
-                let accepts = offers
-                    .iter()
-                    .map(|o| resolve::resolve_offer(o, supported.as_deref()))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| {
-                        tracing::error!(error = %e, route = compiled.route.pattern(), "x402: dynamic offers cannot be built");
-                        Refusal::Internal
-                    })?;
-                Ok(Some(Offers::Dynamic(accepts)))
+                if route.timing == SettlementTiming::BeforeHandler
+                    && offers.iter().any(|o| o.scheme == UPTO)
+                {
+                    tracing::error!(route = route.pattern(), "x402: an upto offer cannot settle before the handler");
+                    return Err(Refusal::Internal);
+                }
+                let all: Vec<&Offer> = offers.iter().chain(session_offers).collect();
+                let supported = self.supported_for(&all).await?;
+                built(resolve_route(route, &offers, supported.as_deref())).map(Some)
             }
         }
     }
 
     /// Decides what to do with a request: pass it through, answer it (402,
-    /// 502, 503, ...), or let the handler run for a verified payment.
+    /// 502, 503, ...), or let the handler run for a verified payment or a
+    /// redeemed session call.
     pub async fn process(&self, request: RequestView<'_>) -> Decision {
         let Some(compiled) = self.find_route(&request) else {
             return Decision::Pass;
@@ -468,8 +681,8 @@ impl Engine {
             }
         }
 
-        let offers = match self.offers(compiled, &request).await {
-            Ok(Some(offers)) => offers,
+        let resolved = match self.offers(compiled, &request).await {
+            Ok(Some(resolved)) => resolved,
             Ok(None) => return Decision::Pass,
             Err(refusal) => {
                 return Decision::Respond(response::refusal_response(&refusal, None, None, None))
@@ -482,25 +695,42 @@ impl Engine {
             .get(codec::PAYMENT_SIGNATURE)
             .or_else(|| request.headers.get(codec::X_PAYMENT));
 
-        let resource = match &offers {
-            Offers::Static(r) => match &r.fixed {
-                Some((resource, encoded)) if header.is_none() => {
-                    if response::is_browser(request.headers) {
-                        let parts = self.parts(route, resource, offers.accepts());
-                        return Decision::Respond(response::paywall_response(
-                            &parts,
-                            encoded,
-                            &*self.inner.paywall,
-                        ));
-                    }
-                    return Decision::Respond(response::challenge_response(encoded));
+        // A prepaid session call needs no payment.
+        let mut session_refusal = None;
+        if let (Some(scope), Some(token)) = (resolved.scope(), request.headers.get(X_PAYMENT_SESSION)) {
+            match self.redeem(compiled, &resolved, scope, token).await {
+                Ok(paid) => return Decision::Paid(paid),
+                Err(Refusal::Unavailable { reason, retry_after }) => {
+                    return Decision::Respond(response::refusal_response(
+                        &Refusal::Unavailable { reason, retry_after },
+                        None,
+                        None,
+                        None,
+                    ))
                 }
-                Some((resource, _)) => resource.clone(),
-                None => resource_for(route, &request),
-            },
-            Offers::Dynamic(_) => resource_for(route, &request),
+                // A buyer that also sent a payment pays instead.
+                Err(refusal) => session_refusal = Some(refusal),
+            }
+        }
+
+        if header.is_none() && session_refusal.is_none() {
+            if let Some((resource, encoded)) = &resolved.fixed {
+                if response::is_browser(request.headers) {
+                    let parts = self.parts(route, resource, &resolved);
+                    return Decision::Respond(response::paywall_response(
+                        &parts,
+                        encoded,
+                        &*self.inner.paywall,
+                    ));
+                }
+                return Decision::Respond(response::challenge_response(encoded));
+            }
+        }
+        let resource = match &resolved.fixed {
+            Some((resource, _)) => resource.clone(),
+            None => resource_for(route, &request),
         };
-        let parts = self.parts(route, &resource, offers.accepts());
+        let parts = self.parts(route, &resource, &resolved);
         let refuse = |refusal: Refusal, version: Option<X402Version>, payer: Option<&str>| {
             Decision::Respond(response::refusal_response(
                 &refusal,
@@ -511,6 +741,9 @@ impl Engine {
         };
 
         let Some(header) = header else {
+            if let Some(refusal) = session_refusal {
+                return refuse(refusal, None, None);
+            }
             let Some(encoded) = parts.encode(Refusal::PaymentRequired.reason(), None) else {
                 return Decision::Respond(response::refusal_response(
                     &Refusal::Internal,
@@ -538,29 +771,28 @@ impl Engine {
         };
         let version = payload.version();
 
-        let matched = match &payload {
-            PaymentPayload::V2(p) => matching::match_v2(offers.accepts(), &p.accepted),
-            PaymentPayload::V1(p) => matching::match_v1(offers.accepts(), p),
-        };
-        let Some(matched) = matched.cloned() else {
+        let Some(matched) = find_match(&resolved, &payload) else {
             return refuse(Refusal::NoMatchingRequirements, Some(version), None);
         };
+        let offer = matched.offer;
 
         // The facilitator always gets the server's own requirement.
         let requirements = match version {
-            X402Version::V2 => PaymentRequirements::V2(matched.clone()),
-            X402Version::V1 => {
-                match crate::challenge::v1_row(&matched, &resource, route.output_schema.as_ref()) {
-                    Some(row) => PaymentRequirements::V1(row),
-                    None => return refuse(Refusal::NoMatchingRequirements, Some(version), None),
-                }
-            }
+            X402Version::V2 => PaymentRequirements::V2(offer.requirements.clone()),
+            X402Version::V1 => match crate::challenge::v1_row(
+                &offer.requirements,
+                &resource,
+                route.output_schema.as_ref(),
+            ) {
+                Some(row) => PaymentRequirements::V1(row),
+                None => return refuse(Refusal::NoMatchingRequirements, Some(version), None),
+            },
         };
         let Some(request_body) = FacilitatorRequest::new(payload, requirements) else {
             return refuse(Refusal::NoMatchingRequirements, Some(version), None);
         };
 
-        let network = matched.network.clone();
+        let network = offer.requirements.network.clone();
         let pctx = PaymentContext {
             route: route.pattern(),
             payload: &request_body.payment_payload,
@@ -604,27 +836,117 @@ impl Engine {
             return refuse(refusal, Some(version), verdict.payer.as_deref());
         }
 
+        let upto = offer.requirements.scheme == UPTO;
+        let meter = upto.then(|| Meter::new(offer.requirements.amount));
         let payment = VerifiedPayment {
             version,
-            scheme: matched.scheme.clone(),
+            scheme: offer.requirements.scheme.clone(),
             network: network.clone(),
             payer: verdict.payer.clone(),
-            amount: matched.amount,
-            asset: matched.asset.clone(),
-            pay_to: matched.pay_to.clone(),
-            requirements: matched.clone(),
+            amount: offer.requirements.amount,
+            asset: offer.requirements.asset.clone(),
+            pay_to: offer.requirements.pay_to.clone(),
+            requirements: offer.requirements.clone(),
             route: route.pattern().to_owned(),
+            meter: meter.clone(),
+            session: None,
         };
+        let timing = if upto { SettlementTiming::AfterHandler } else { route.timing };
+        let decimals = offer.decimals;
+        let session = matched.session;
         Decision::Paid(Box::new(PaidRequest {
             engine: self.clone(),
-            request: request_body,
-            payment,
-            network,
-            timing: route.timing,
-            resource,
-            accepts: offers.accepts().to_vec(),
             route_index: self.route_index(compiled),
+            payment,
             finished: false,
+            kind: Kind::Payment(Box::new(PaymentState {
+                request: request_body,
+                network,
+                timing,
+                resource,
+                resolved: resolved.clone(),
+                decimals,
+                meter,
+                session,
+            })),
+        }))
+    }
+
+    async fn redeem(
+        &self,
+        compiled: &CompiledRoute,
+        resolved: &Arc<Resolved>,
+        scope: &str,
+        token: &HeaderValue,
+    ) -> Result<Box<PaidRequest>, Refusal> {
+        let Some(token) = token.to_str().ok().and_then(SessionToken::parse) else {
+            return Err(Refusal::Invalid("session_invalid".into()));
+        };
+        let hash = token.hash();
+        let store = self.inner.sessions.clone();
+        let (scope_owned, now) = (scope.to_owned(), unix_now());
+        let mut task = tokio::spawn(async move { store.redeem(&hash, &scope_owned, now).await });
+        let remaining = match tokio::time::timeout(self.inner.session_deadline, &mut task).await {
+            Ok(Ok(Ok(Redemption::Redeemed { remaining }))) => remaining,
+            Ok(Ok(Ok(Redemption::Unknown))) => return Err(Refusal::Invalid("session_unknown".into())),
+            Ok(Ok(Ok(Redemption::Expired))) => return Err(Refusal::Invalid("session_expired".into())),
+            Ok(Ok(Ok(Redemption::Exhausted))) => {
+                return Err(Refusal::Invalid("session_exhausted".into()))
+            }
+            Ok(Ok(Ok(Redemption::OutOfScope))) => {
+                return Err(Refusal::Invalid("session_out_of_scope".into()))
+            }
+            Ok(Ok(Err(e))) => {
+                tracing::error!(error = %e, "x402: session store failed");
+                return Err(session_unavailable());
+            }
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "x402: session redemption task failed");
+                return Err(session_unavailable());
+            }
+            Err(_) => {
+                tracing::error!("x402: session store missed its deadline");
+                // The request is refused, so a redemption that lands late is
+                // given back.
+                let store = self.inner.sessions.clone();
+                tokio::spawn(async move {
+                    if let Ok(Ok(Redemption::Redeemed { .. })) = task.await {
+                        if let Err(e) = store.give_back(&hash).await {
+                            tracing::error!(error = %e, "x402: could not give back a late session redemption");
+                        }
+                    }
+                });
+                return Err(session_unavailable());
+            }
+        };
+        let first = resolved
+            .sessions
+            .first()
+            .and_then(|s| s.accepts.first())
+            .map(|a| a.requirements.clone())
+            .ok_or(Refusal::Internal)?;
+        let payment = VerifiedPayment {
+            version: X402Version::V2,
+            scheme: first.scheme.clone(),
+            network: first.network.clone(),
+            payer: None,
+            amount: AtomicAmount::ZERO,
+            asset: first.asset.clone(),
+            pay_to: first.pay_to.clone(),
+            requirements: first,
+            route: compiled.route.pattern().to_owned(),
+            meter: None,
+            session: Some(SessionCall {
+                remaining,
+                scope: scope.to_owned(),
+            }),
+        };
+        Ok(Box::new(PaidRequest {
+            engine: self.clone(),
+            route_index: self.route_index(compiled),
+            payment,
+            finished: false,
+            kind: Kind::Session { token: hash, remaining },
         }))
     }
 
@@ -636,16 +958,20 @@ impl Engine {
             .unwrap_or_default()
     }
 
+    fn route_at(&self, index: usize) -> Option<&Route> {
+        self.inner.routes.get(index).map(|r| &r.route)
+    }
+
     fn parts<'a>(
         &self,
         route: &'a Route,
         resource: &'a v2::ResourceInfo,
-        accepts: &'a [v2::PaymentRequirements],
+        resolved: &'a Resolved,
     ) -> ChallengeParts<'a> {
         ChallengeParts {
             resource,
-            accepts,
-            extensions: &route.extensions,
+            accepts: &resolved.rows,
+            extensions: &resolved.extensions,
             output_schema: route.output_schema.as_ref(),
         }
     }
@@ -681,6 +1007,38 @@ impl Engine {
     }
 }
 
+fn session_unavailable() -> Refusal {
+    Refusal::Unavailable {
+        reason: "session_unavailable",
+        retry_after: Duration::from_secs(1),
+    }
+}
+
+/// The offer a payment refers to: the route's own offers first, then the
+/// ways to buy its sessions (v2 only: sessions are not offered in v1).
+fn find_match<'a>(resolved: &'a Resolved, payload: &PaymentPayload) -> Option<Matched<'a>> {
+    match payload {
+        PaymentPayload::V2(p) => {
+            if let Some(i) = matching::match_v2(&resolved.rows, &p.accepted) {
+                return resolved.accepts.get(i).map(|offer| Matched { offer, session: None });
+            }
+            resolved.sessions.iter().enumerate().find_map(|(si, s)| {
+                let rows: Vec<v2::PaymentRequirements> =
+                    s.accepts.iter().map(|a| a.requirements.clone()).collect();
+                let i = matching::match_v2(&rows, &p.accepted)?;
+                s.accepts.get(i).map(|offer| Matched {
+                    offer,
+                    session: Some(si),
+                })
+            })
+        }
+        PaymentPayload::V1(p) => {
+            let i = matching::match_v1(&resolved.rows, p)?;
+            resolved.accepts.get(i).map(|offer| Matched { offer, session: None })
+        }
+    }
+}
+
 fn log_hook_error(e: &HookError) {
     tracing::error!(error = %e, source = ?std::error::Error::source(e), "x402: hook failed");
 }
@@ -704,30 +1062,42 @@ fn hook_error_response(e: &HookError) -> EngineResponse {
     response::refusal_response(&hook_error_refusal(e), None, None, None)
 }
 
-/// A verified payment whose handler is about to run. Finish it with
-/// [`complete`](Self::complete) (settlement after the handler) or
-/// [`settle`](Self::settle) (settlement before it), or
+/// A verified payment (or a redeemed session call) whose handler is about to
+/// run. Finish it with [`complete`](Self::complete) (settlement after the
+/// handler) or [`settle`](Self::settle) (settlement before it), or
 /// [`abort`](Self::abort) if the handler could not produce a response.
 ///
 /// Dropping it unfinished counts as an aborted handler: hooks are told, so a
-/// replay claim is released.
+/// replay claim is released, and a session call is given back.
 pub struct PaidRequest {
     engine: Engine,
-    request: FacilitatorRequest,
+    route_index: usize,
     payment: VerifiedPayment,
+    finished: bool,
+    kind: Kind,
+}
+
+enum Kind {
+    Payment(Box<PaymentState>),
+    Session { token: TokenHash, remaining: u64 },
+}
+
+struct PaymentState {
+    request: FacilitatorRequest,
     network: String,
     timing: SettlementTiming,
     resource: v2::ResourceInfo,
-    accepts: Vec<v2::PaymentRequirements>,
-    route_index: usize,
-    finished: bool,
+    resolved: Arc<Resolved>,
+    decimals: u8,
+    meter: Option<Meter>,
+    session: Option<usize>,
 }
 
 impl fmt::Debug for PaidRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PaidRequest")
             .field("payment", &self.payment)
-            .field("timing", &self.timing)
+            .field("timing", &self.timing())
             .finish_non_exhaustive()
     }
 }
@@ -747,16 +1117,14 @@ pub enum Completion {
 /// handler answers with [`finish`](Self::finish).
 #[derive(Debug)]
 pub struct Settled {
-    receipt: Option<(http::HeaderName, HeaderValue)>,
+    headers: HeaderMap,
 }
 
 impl Settled {
     /// Adds the receipt and expose headers to the handler's response.
     pub fn finish(self, headers: &mut HeaderMap) {
         response::expose(headers);
-        if let Some((name, value)) = self.receipt {
-            headers.insert(name, value);
-        }
+        headers.extend(self.headers);
     }
 }
 
@@ -766,34 +1134,28 @@ impl PaidRequest {
         &self.payment
     }
 
-    /// When this route settles.
+    /// When this request settles.
     pub fn timing(&self) -> SettlementTiming {
-        self.timing
-    }
-
-    fn context(&self) -> PaymentContext<'_> {
-        PaymentContext {
-            route: self
-                .engine
-                .inner
-                .routes
-                .get(self.route_index)
-                .map(|r| r.route.pattern())
-                .unwrap_or_default(),
-            payload: &self.request.payment_payload,
-            requirements: &self.request.payment_requirements,
-            network: &self.network,
+        match &self.kind {
+            Kind::Payment(p) => p.timing,
+            Kind::Session { .. } => SettlementTiming::AfterHandler,
         }
     }
 
-    fn refusal(&self, refusal: &Refusal) -> EngineResponse {
-        let route = self
+    fn context<'a>(&'a self, state: &'a PaymentState) -> PaymentContext<'a> {
+        PaymentContext {
+            route: self.engine.route_at(self.route_index).map(Route::pattern).unwrap_or_default(),
+            payload: &state.request.payment_payload,
+            requirements: &state.request.payment_requirements,
+            network: &state.network,
+        }
+    }
+
+    fn refusal(&self, state: &PaymentState, refusal: &Refusal) -> EngineResponse {
+        let parts = self
             .engine
-            .inner
-            .routes
-            .get(self.route_index)
-            .map(|r| &r.route);
-        let parts = route.map(|route| self.engine.parts(route, &self.resource, &self.accepts));
+            .route_at(self.route_index)
+            .map(|route| self.engine.parts(route, &state.resource, &state.resolved));
         response::refusal_response(
             refusal,
             parts.as_ref(),
@@ -806,31 +1168,105 @@ impl PaidRequest {
     /// are the handler's response headers, to which the receipt is added.
     ///
     /// A status of 400 or more is never charged: the handler's response is
-    /// delivered unchanged and the payment is released. Otherwise the payment
-    /// is settled; if settlement is refused or its outcome is unknown, the
-    /// handler's response is replaced.
+    /// delivered unchanged and the payment is released (a session call is
+    /// given back). Otherwise the payment is settled (for `upto`, for what the
+    /// handler reported); if settlement is refused or its outcome is unknown,
+    /// the handler's response is replaced. `Settlement-Overrides` is always
+    /// removed from `headers`.
     pub async fn complete(mut self, status: StatusCode, headers: &mut HeaderMap) -> Completion {
+        let overrides = headers.remove(meter::SETTLEMENT_OVERRIDES);
         if status.is_client_error() || status.is_server_error() {
             self.cancel(CancelReason::HandlerFailed(status)).await;
             return Completion::Deliver;
         }
-        match self.settle_inner().await {
-            Ok(receipt) => {
+        let state = match &self.kind {
+            Kind::Session { remaining, .. } => {
+                self.finished = true;
                 response::expose(headers);
-                if let Some((name, value)) = receipt {
-                    headers.insert(name, value);
+                if let Ok(v) = HeaderValue::try_from(remaining.to_string()) {
+                    headers.insert(X_PAYMENT_SESSION_REMAINING, v);
                 }
+                return Completion::Deliver;
+            }
+            Kind::Payment(state) => state,
+        };
+        let charge = match &state.meter {
+            None => {
+                if overrides.is_some() {
+                    tracing::warn!("x402: Settlement-Overrides on an exact route is ignored");
+                }
+                None
+            }
+            Some(meter) => match self.charge(state, meter, overrides.as_ref()) {
+                Ok(charge) => Some(charge),
+                Err(()) => {
+                    self.cancel(CancelReason::HandlerAborted).await;
+                    return Completion::Replace(response::invalid_override_response());
+                }
+            },
+        };
+        match self.settle_inner(charge).await {
+            Ok(receipt_headers) => {
+                response::expose(headers);
+                headers.extend(receipt_headers);
                 Completion::Deliver
             }
             Err(response) => Completion::Replace(response),
         }
     }
 
+    /// The `upto` charge: the override header, else the meter, else the
+    /// ceiling; capped at the ceiling. `Err` for a malformed override.
+    fn charge(&self, state: &PaymentState, meter: &Meter, overrides: Option<&HeaderValue>) -> Result<AtomicAmount, ()> {
+        let ceiling = meter.ceiling();
+        let reported = match overrides {
+            Some(value) => {
+                let parsed = value
+                    .to_str()
+                    .map_err(|_| ())
+                    .and_then(|v| meter::parse_override(v, ceiling, state.decimals).map_err(|_| ()));
+                match parsed {
+                    Ok(a) => a,
+                    Err(()) => {
+                        tracing::error!(
+                            route = %self.payment.route,
+                            "x402: malformed Settlement-Overrides; charging nothing and answering 500"
+                        );
+                        return Err(());
+                    }
+                }
+            }
+            None => match meter.reported() {
+                Some(a) => a,
+                None => {
+                    tracing::debug!(route = %self.payment.route, "x402: upto handler reported no usage; charging the ceiling");
+                    ceiling
+                }
+            },
+        };
+        if reported > ceiling {
+            tracing::warn!(
+                route = %self.payment.route,
+                reported = %reported,
+                ceiling = %ceiling,
+                "x402: upto usage above the ceiling; charging the ceiling"
+            );
+            return Ok(ceiling);
+        }
+        Ok(reported)
+    }
+
     /// Settles now, before the handler runs (routes with
     /// [`SettlementTiming::BeforeHandler`]). On `Err`, send that response and
     /// do not run the handler.
     pub async fn settle(mut self) -> Result<Settled, EngineResponse> {
-        self.settle_inner().await.map(|receipt| Settled { receipt })
+        if let Kind::Session { .. } = self.kind {
+            self.finished = true;
+            return Ok(Settled { headers: HeaderMap::new() });
+        }
+        self.settle_inner(None)
+            .await
+            .map(|headers| Settled { headers })
     }
 
     /// The handler failed without a response (its body errored, or the
@@ -841,57 +1277,78 @@ impl PaidRequest {
 
     async fn cancel(&mut self, reason: CancelReason) {
         self.finished = true;
-        let ctx = self.context();
-        for hook in &self.engine.inner.hooks {
-            hook.on_payment_canceled(&ctx, reason).await;
+        match &self.kind {
+            Kind::Session { token, .. } => {
+                if let Err(e) = self.engine.inner.sessions.give_back(token).await {
+                    tracing::error!(error = %e, "x402: could not give a failed session call back");
+                }
+            }
+            Kind::Payment(state) => {
+                let ctx = self.context(state);
+                for hook in &self.engine.inner.hooks {
+                    hook.on_payment_canceled(&ctx, reason).await;
+                }
+            }
         }
     }
 
-    async fn settle_inner(
-        &mut self,
-    ) -> Result<Option<(http::HeaderName, HeaderValue)>, EngineResponse> {
+    async fn settle_inner(&mut self, charge: Option<AtomicAmount>) -> Result<HeaderMap, EngineResponse> {
         // From here on the payment is never released: a settlement attempt
         // may have moved money.
         self.finished = true;
-        let ctx = self.context();
+        let Kind::Payment(state) = &self.kind else {
+            return Ok(HeaderMap::new());
+        };
+        let mut settle_request = state.request.clone();
+        if let Some(charge) = charge {
+            settle_request.payment_requirements = settle_request.payment_requirements.with_amount(charge);
+        }
+        let ctx = PaymentContext {
+            requirements: &settle_request.payment_requirements,
+            ..self.context(state)
+        };
         let hooks = &self.engine.inner.hooks;
+        let failure = |reason: String| SettleResponse {
+            payer: self.payment.payer.clone(),
+            ..SettleResponse::failure(settle_request.payment_requirements.network(), reason)
+        };
         for hook in hooks {
             match hook.before_settle(&ctx).await {
                 Ok(BeforeSettle::Continue) => {}
                 Ok(BeforeSettle::Abort { reason }) => {
-                    let receipt = SettleResponse {
-                        payer: self.payment.payer.clone(),
-                        ..SettleResponse::failure(
-                            self.request.payment_requirements.network(),
-                            reason,
-                        )
-                    };
-                    return Err(self.refusal(&Refusal::SettlementFailed(Box::new(receipt))));
+                    return Err(self.refusal(state, &Refusal::SettlementFailed(Box::new(failure(reason)))));
                 }
                 Err(e) => {
                     log_hook_error(&e);
-                    let receipt = SettleResponse {
-                        payer: self.payment.payer.clone(),
-                        ..SettleResponse::failure(
-                            self.request.payment_requirements.network(),
-                            "before_settle_hook_error",
-                        )
-                    };
-                    return Err(self.refusal(&Refusal::SettlementFailed(Box::new(receipt))));
+                    return Err(self.refusal(
+                        state,
+                        &Refusal::SettlementFailed(Box::new(failure("before_settle_hook_error".into()))),
+                    ));
                 }
             }
         }
-        let result = match self.engine.inner.facilitator.settle(&self.request).await {
-            Ok(r) => Ok(r),
-            Err(error) => {
-                let mut recovered = None;
-                for hook in hooks {
-                    if let Some(r) = hook.on_settle_failure(&ctx, &error).await {
-                        recovered = Some(r);
-                        break;
+        let result = if charge.is_some_and(AtomicAmount::is_zero) {
+            // Nothing to charge: no facilitator call, no transaction.
+            Ok(SettleResponse {
+                success: true,
+                transaction: String::new(),
+                network: settle_request.payment_requirements.network().to_owned(),
+                amount: Some(AtomicAmount::ZERO),
+                ..SettleResponse::default()
+            })
+        } else {
+            match self.engine.inner.facilitator.settle(&settle_request).await {
+                Ok(r) => Ok(r),
+                Err(error) => {
+                    let mut recovered = None;
+                    for hook in hooks {
+                        if let Some(r) = hook.on_settle_failure(&ctx, &error).await {
+                            recovered = Some(r);
+                            break;
+                        }
                     }
+                    recovered.ok_or(error)
                 }
-                recovered.ok_or(error)
             }
         };
         let mut receipt = match result {
@@ -899,18 +1356,21 @@ impl PaidRequest {
             Err(error) => {
                 tracing::error!(
                     error = %error,
-                    network = %self.network,
+                    network = %state.network,
                     payer = ?self.payment.payer,
                     "x402: settlement outcome unknown; the response is withheld and the payment stays claimed"
                 );
-                return Err(self.refusal(&Refusal::SettlementUnknown));
+                return Err(self.refusal(state, &Refusal::SettlementUnknown));
             }
         };
         if receipt.payer.is_none() {
             receipt.payer = self.payment.payer.clone();
         }
         if receipt.network.is_empty() {
-            receipt.network = self.request.payment_requirements.network().to_owned();
+            receipt.network = settle_request.payment_requirements.network().to_owned();
+        }
+        if receipt.success && receipt.amount.is_none() && charge.is_some() {
+            receipt.amount = charge;
         }
         for hook in hooks {
             hook.after_settle(&ctx, &receipt).await;
@@ -919,16 +1379,82 @@ impl PaidRequest {
             if receipt.error_reason.is_none() {
                 receipt.error_reason = Some("settlement_failed".to_owned());
             }
-            tracing::warn!(reason = ?receipt.error_reason, network = %self.network, "x402: settlement refused");
-            return Err(self.refusal(&Refusal::SettlementFailed(Box::new(receipt))));
+            tracing::warn!(reason = ?receipt.error_reason, network = %state.network, "x402: settlement refused");
+            return Err(self.refusal(state, &Refusal::SettlementFailed(Box::new(receipt))));
         }
-        Ok(response::receipt_header(&receipt, self.payment.version))
+        let mut headers = HeaderMap::new();
+        if let Some((name, value)) = response::receipt_header(&receipt, self.payment.version) {
+            headers.insert(name, value);
+        }
+        if let Some(offer) = state.session.and_then(|i| state.resolved.sessions.get(i)) {
+            self.open_session(&ctx, offer, &receipt, &mut headers).await;
+        }
+        Ok(headers)
+    }
+
+    /// Opens the session a settled payment bought, adding its token and count
+    /// to the response. The opening call counts as the first.
+    async fn open_session(
+        &self,
+        ctx: &PaymentContext<'_>,
+        offer: &ResolvedSession,
+        receipt: &SettleResponse,
+        headers: &mut HeaderMap,
+    ) {
+        let token = SessionToken::generate();
+        let remaining = offer.calls.saturating_sub(1);
+        let expires_at = unix_now().saturating_add(offer.ttl.as_secs());
+        let record = SessionRecord {
+            scope: offer.scope.clone(),
+            remaining,
+            expires_at,
+        };
+        let opened = tokio::time::timeout(
+            self.engine.inner.session_deadline.max(Duration::from_secs(2)),
+            self.engine.inner.sessions.open(&token.hash(), record),
+        )
+        .await;
+        match opened {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "x402: a paid session could not be stored; the buyer got this call only");
+                return;
+            }
+            Err(_) => {
+                tracing::error!("x402: storing a paid session timed out; the buyer got this call only");
+                return;
+            }
+        }
+        if let (Ok(t), Ok(r)) = (
+            HeaderValue::try_from(token.expose()),
+            HeaderValue::try_from(remaining.to_string()),
+        ) {
+            headers.insert(X_PAYMENT_SESSION, t);
+            headers.insert(X_PAYMENT_SESSION_REMAINING, r);
+        }
+        let info = SessionOpened {
+            offer_id: offer.id.clone(),
+            calls: offer.calls,
+            remaining,
+            expires_at,
+            scope: offer.scope.clone(),
+        };
+        for hook in &self.engine.inner.hooks {
+            hook.on_session_opened(ctx, receipt, &info).await;
+        }
     }
 }
 
 impl Drop for PaidRequest {
     fn drop(&mut self) {
-        if self.finished || self.engine.inner.hooks.is_empty() {
+        if self.finished {
+            return;
+        }
+        let needs_telling = match &self.kind {
+            Kind::Session { .. } => true,
+            Kind::Payment(_) => !self.engine.inner.hooks.is_empty(),
+        };
+        if !needs_telling {
             return;
         }
         // Dropped before the handler finished (client went away, handler
@@ -937,27 +1463,21 @@ impl Drop for PaidRequest {
             tracing::warn!("x402: paid request dropped outside a Tokio runtime; hooks not told");
             return;
         };
-        let engine = self.engine.clone();
-        let request = self.request.clone();
-        let network = std::mem::take(&mut self.network);
-        let route_index = self.route_index;
-        handle.spawn(async move {
-            let ctx = PaymentContext {
-                route: engine
-                    .inner
-                    .routes
-                    .get(route_index)
-                    .map(|r| r.route.pattern())
-                    .unwrap_or_default(),
-                payload: &request.payment_payload,
-                requirements: &request.payment_requirements,
-                network: &network,
-            };
-            for hook in &engine.inner.hooks {
-                hook.on_payment_canceled(&ctx, CancelReason::HandlerAborted)
-                    .await;
-            }
-        });
+        let rest = PaidRequest {
+            engine: self.engine.clone(),
+            route_index: self.route_index,
+            payment: self.payment.clone(),
+            finished: false,
+            kind: std::mem::replace(
+                &mut self.kind,
+                Kind::Session {
+                    token: TokenHash([0; 32]),
+                    remaining: 0,
+                },
+            ),
+        };
+        self.finished = true;
+        handle.spawn(rest.abort());
     }
 }
 

@@ -49,11 +49,19 @@ pub(crate) fn needs_supported(offer: &Offer) -> bool {
     offer.scheme == UPTO || network::family(&offer.network) == Family::Svm
 }
 
+/// An offer resolved into the requirement it advertises, with the asset's
+/// decimals (for `upto` overrides written in whole units).
+#[derive(Debug, Clone)]
+pub(crate) struct ResolvedOffer {
+    pub(crate) requirements: v2::PaymentRequirements,
+    pub(crate) decimals: u8,
+}
+
 /// Turns an offer into the v2 requirement the challenge advertises.
 pub(crate) fn resolve_offer(
     offer: &Offer,
     supported: Option<&SupportedResponse>,
-) -> Result<v2::PaymentRequirements, OfferError> {
+) -> Result<ResolvedOffer, OfferError> {
     if !offer.network.contains(':') {
         return Err(OfferError::NetworkNotCaip2(offer.network.clone()));
     }
@@ -127,14 +135,17 @@ pub(crate) fn resolve_offer(
     for (k, v) in &offer.extra {
         extra.insert(k.clone(), v.clone());
     }
-    Ok(v2::PaymentRequirements {
-        scheme: offer.scheme.clone(),
-        network: offer.network.clone(),
-        amount,
-        asset: address,
-        pay_to: offer.pay_to.clone(),
-        max_timeout_seconds: offer.max_timeout_seconds,
-        extra,
-        other: JsonObject::new(),
+    Ok(ResolvedOffer {
+        requirements: v2::PaymentRequirements {
+            scheme: offer.scheme.clone(),
+            network: offer.network.clone(),
+            amount,
+            asset: address,
+            pay_to: offer.pay_to.clone(),
+            max_timeout_seconds: offer.max_timeout_seconds,
+            extra,
+            other: JsonObject::new(),
+        },
+        decimals,
     })
 }

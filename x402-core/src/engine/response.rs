@@ -274,3 +274,9 @@ pub(crate) fn expose(headers: &mut HeaderMap) {
 pub fn handler_failed_response() -> EngineResponse {
     json_error(StatusCode::INTERNAL_SERVER_ERROR, "handler_failed")
 }
+
+/// The response when an `upto` handler's `Settlement-Overrides` cannot be
+/// read: 500, opaque, nothing charged (never the whole ceiling by guess).
+pub(crate) fn invalid_override_response() -> EngineResponse {
+    json_error(StatusCode::INTERNAL_SERVER_ERROR, "invalid_settlement_override")
+}

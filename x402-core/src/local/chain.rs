@@ -43,8 +43,15 @@ const RECEIPT_POLL: Duration = Duration::from_millis(100);
 /// `transferWithAuthorization(from, to, value, validAfter, validBefore, nonce,
 /// v, r, s)` from the facilitator's key, which pays the gas.
 ///
-/// A settlement waits for the receipt and checks its status and the token's
-/// `Transfer(from, to, value)` log. Transactions are submitted one at a time
+/// `verify` also dry-runs the transfer with `eth_call` from the facilitator's
+/// address, so a payment the token would refuse (say, signed for an EIP-712
+/// name the token does not have) is invalid before any gas is spent.
+///
+/// A settlement estimates gas (a node that refuses it, e.g. on a revert,
+/// gives `success: false` with [`reason::TRANSACTION_FAILED`], the node's
+/// message and no transaction), sends, waits for the receipt and checks its
+/// status (a mined revert gives [`reason::TRANSACTION_FAILED`] with the
+/// transaction hash) and the token's `Transfer(from, to, value)` log. Transactions are submitted one at a time
 /// (the account nonce is read from the node's pending state under a lock), so
 /// concurrent settlements never collide on the facilitator account's nonce;
 /// waiting for receipts happens outside the lock.
@@ -180,6 +187,36 @@ impl ChainLedger {
         C::abi_decode_returns(&out).map_err(backend)
     }
 
+    /// The `transferWithAuthorization(..., v, r, s)` transaction of a
+    /// transfer; `None` when the signature is not 65 bytes.
+    fn settle_request(&self, t: &Transfer<'_>) -> Option<TransactionRequest> {
+        let auth = &t.payload.authorization;
+        let sig = t.payload.signature.as_ref();
+        let (Some(r), Some(s), Some(&v), None) =
+            (sig.get(..32), sig.get(32..64), sig.get(64), sig.get(65))
+        else {
+            return None;
+        };
+        let v = if v < 27 { v + 27 } else { v };
+        let call = sol::transferWithAuthorizationCall {
+            from: auth.from,
+            to: auth.to,
+            value: auth.value.get(),
+            validAfter: auth.valid_after,
+            validBefore: auth.valid_before,
+            nonce: auth.nonce,
+            v,
+            r: B256::from_slice(r),
+            s: B256::from_slice(s),
+        };
+        Some(
+            TransactionRequest::default()
+                .with_from(self.signer)
+                .with_to(t.asset)
+                .with_input(Bytes::from(call.abi_encode())),
+        )
+    }
+
     async fn wait_for_receipt(
         &self,
         hash: B256,
@@ -237,29 +274,26 @@ impl Ledger for ChainLedger {
         Ok(LedgerState::new(nonce_used, balance))
     }
 
+    async fn simulate(&self, t: &Transfer<'_>) -> Result<Option<String>, LedgerError> {
+        self.check_chain(t)?;
+        let Some(request) = self.settle_request(t) else {
+            return Ok(Some("the signature is not 65 bytes".to_owned()));
+        };
+        match self.provider.call(request).await {
+            Ok(_) => Ok(None),
+            Err(e) => match e.as_error_resp() {
+                Some(payload) => Ok(Some(payload.message.to_string())),
+                None => Err(backend(e)),
+            },
+        }
+    }
+
     async fn transfer(&self, t: &Transfer<'_>) -> Result<TransferOutcome, LedgerError> {
         self.check_chain(t)?;
         let auth = &t.payload.authorization;
-        let sig = t.payload.signature.as_ref();
-        let (Some(r), Some(s), Some(&v)) = (sig.get(..32), sig.get(32..64), sig.get(64)) else {
+        let Some(request) = self.settle_request(t) else {
             return Ok(TransferOutcome::refused(reason::SIGNATURE));
         };
-        let v = if v < 27 { v + 27 } else { v };
-        let call = sol::transferWithAuthorizationCall {
-            from: auth.from,
-            to: auth.to,
-            value: auth.value.get(),
-            validAfter: auth.valid_after,
-            validBefore: auth.valid_before,
-            nonce: auth.nonce,
-            v,
-            r: B256::from_slice(r),
-            s: B256::from_slice(s),
-        };
-        let request = TransactionRequest::default()
-            .with_from(self.signer)
-            .with_to(t.asset)
-            .with_input(Bytes::from(call.abi_encode()));
 
         // One submission at a time: the nonce filler reads the pending nonce,
         // which includes the previous submission once it is in the pool.

@@ -41,7 +41,13 @@
 //! margin` ([`reason::VALID_BEFORE`]); `validAfter <= now`
 //! ([`reason::VALID_AFTER`]); `value == amount` ([`reason::VALUE`]); then the
 //! ledger: the nonce is unused ([`reason::NONCE_USED`]) and the payer's balance
-//! covers the value ([`reason::INSUFFICIENT_BALANCE`]).
+//! covers the value ([`reason::INSUFFICIENT_BALANCE`]); on `verify` only, the
+//! ledger's dry run of the transfer succeeds ([`reason::SIMULATION_FAILED`];
+//! the chain ledger runs `eth_call`, which catches e.g. a token whose real
+//! EIP-712 name differs from `extra.name`).
+//!
+//! `settle` runs the same checks again (without the dry run) and then asks the
+//! ledger to move the tokens.
 
 use std::{
     collections::BTreeMap,
@@ -105,7 +111,10 @@ pub mod reason {
     pub const NONCE_USED: &str = "invalid_exact_evm_nonce_already_used";
     /// The payer's balance is below the value.
     pub const INSUFFICIENT_BALANCE: &str = "invalid_exact_evm_insufficient_balance";
-    /// The settlement transaction reverted or did not move the tokens.
+    /// Simulating the transfer on the chain failed (the token refuses it).
+    pub const SIMULATION_FAILED: &str = "invalid_exact_evm_transaction_simulation_failed";
+    /// The settlement transaction reverted, the node refused it, or it did
+    /// not move the tokens.
     pub const TRANSACTION_FAILED: &str = "invalid_exact_evm_transaction_failed";
 }
 
@@ -275,6 +284,14 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
     /// The nonce's state and the payer's balance.
     async fn state(&self, transfer: &Transfer<'_>) -> Result<LedgerState, LedgerError>;
 
+    /// Dry-runs the transfer without making it (an `eth_call` on a chain):
+    /// `Some(message)` when it would fail. Run by `verify` only, after the
+    /// other checks pass. The default simulates nothing.
+    async fn simulate(&self, transfer: &Transfer<'_>) -> Result<Option<String>, LedgerError> {
+        let _ = transfer;
+        Ok(None)
+    }
+
     /// Moves the tokens.
     async fn transfer(&self, transfer: &Transfer<'_>) -> Result<TransferOutcome, LedgerError>;
 }
@@ -291,6 +308,10 @@ impl<L: Ledger + ?Sized> Ledger for Arc<L> {
 
     async fn state(&self, transfer: &Transfer<'_>) -> Result<LedgerState, LedgerError> {
         (**self).state(transfer).await
+    }
+
+    async fn simulate(&self, transfer: &Transfer<'_>) -> Result<Option<String>, LedgerError> {
+        (**self).simulate(transfer).await
     }
 
     async fn transfer(&self, transfer: &Transfer<'_>) -> Result<TransferOutcome, LedgerError> {
@@ -625,10 +646,11 @@ impl LocalFacilitator {
         })
     }
 
-    /// Every check, the ledger's included.
+    /// Every check, the ledger's included; with `simulate`, a dry run too.
     async fn check(
         &self,
         request: &FacilitatorRequest,
+        simulate: bool,
     ) -> Result<Result<Checked, Refusal>, FacilitatorError> {
         let checked = match self.check_offline(request) {
             Ok(c) => c,
@@ -654,6 +676,16 @@ impl LocalFacilitator {
                 payer,
             )));
         }
+        if simulate {
+            if let Some(message) = self
+                .ledger
+                .simulate(&checked.transfer())
+                .await
+                .map_err(ledger_error)?
+            {
+                return Ok(Err(refuse(reason::SIMULATION_FAILED, message, payer)));
+            }
+        }
         Ok(Ok(checked))
     }
 }
@@ -672,7 +704,7 @@ impl Facilitator for LocalFacilitator {
         &self,
         request: &FacilitatorRequest,
     ) -> Result<VerifyResponse, FacilitatorError> {
-        Ok(match self.check(request).await? {
+        Ok(match self.check(request, true).await? {
             Ok(checked) => {
                 VerifyResponse::valid(checked.payload.authorization.from.to_checksum(None))
             }
@@ -688,7 +720,8 @@ impl Facilitator for LocalFacilitator {
         request: &FacilitatorRequest,
     ) -> Result<SettleResponse, FacilitatorError> {
         let network = request.payment_requirements.network().to_owned();
-        let checked = match self.check(request).await? {
+        // No separate dry run: a chain ledger's gas estimation is one.
+        let checked = match self.check(request, false).await? {
             Ok(c) => c,
             Err(r) => {
                 return Ok(SettleResponse {

@@ -1,0 +1,112 @@
+//! The actix-web adapter under test: `x402_actix::X402Middleware` on a whole
+//! `App` whose default service is the shared [`TestHandler`].
+//!
+//! actix-web's `HttpServer` is `!Send` and brings its own runtime, so each
+//! server runs on its own thread in an actix `System`. It is stopped when the
+//! test's Tokio runtime shuts down (see [`StopOnDrop`]).
+
+use std::{net::SocketAddr, sync::Arc, thread};
+
+use actix_web::{
+    dev::ServerHandle,
+    http::{header::HeaderName, header::HeaderValue, StatusCode},
+    web, App, HttpRequest, HttpResponse, HttpServer,
+};
+use http_body::Body as _;
+use http_body_util::BodyExt;
+use tokio::sync::oneshot;
+use x402_actix::{Payment, X402Middleware};
+use x402_core::Engine;
+
+use crate::{Adapter, TestHandler};
+
+/// `x402_actix::X402Middleware` wrapping an actix `App`, served by actix's
+/// own `HttpServer`.
+#[derive(Debug, Clone, Copy)]
+pub struct ActixAdapter;
+
+impl Adapter for ActixAdapter {
+    const NAME: &'static str = "actix";
+
+    async fn serve(engine: Engine, handler: Arc<TestHandler>) -> String {
+        let (tx, rx) = oneshot::channel();
+        thread::Builder::new()
+            .name("actix-test-server".into())
+            .spawn(move || run_server(engine, handler, tx))
+            .unwrap();
+        let (address, handle) = rx.await.expect("actix server failed to start");
+        // Lives as long as the test's runtime: when the test ends the runtime
+        // drops this task, and the guard stops the server and its thread.
+        let guard = StopOnDrop(handle);
+        tokio::spawn(async move {
+            let _guard = guard;
+            std::future::pending::<()>().await;
+        });
+        format!("http://{address}")
+    }
+}
+
+/// Stops an actix server when dropped.
+#[derive(Debug)]
+pub struct StopOnDrop(pub ServerHandle);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        // `stop` sends the command at once; the returned future only waits
+        // for completion, which a `Drop` cannot do.
+        drop(self.0.stop(false));
+    }
+}
+
+fn run_server(
+    engine: Engine,
+    handler: Arc<TestHandler>,
+    started: oneshot::Sender<(SocketAddr, ServerHandle)>,
+) {
+    actix_web::rt::System::new().block_on(async move {
+        let server = HttpServer::new(move || {
+            App::new()
+                .wrap(X402Middleware::new(engine.clone()))
+                .app_data(web::Data::from(handler.clone()))
+                .default_service(web::to(respond))
+        })
+        .workers(1)
+        .disable_signals()
+        .bind(("127.0.0.1", 0))
+        .unwrap();
+        let address = server.addrs()[0];
+        let server = server.run();
+        let _ = started.send((address, server.handle()));
+        let _ = server.await;
+    });
+}
+
+/// Every path, every method: the shared handler, reading the payment through
+/// `Option<Payment>` (the extractor under test).
+async fn respond(
+    request: HttpRequest,
+    handler: web::Data<TestHandler>,
+    payment: Option<Payment>,
+) -> HttpResponse {
+    let method = http::Method::from_bytes(request.method().as_str().as_bytes()).unwrap();
+    let response = handler.respond(&method, request.path(), payment.as_deref());
+    to_actix(response).await
+}
+
+/// The handler's `http` 1.x / axum response as an actix response: a body of
+/// known length is collected, any other is streamed chunk by chunk.
+async fn to_actix(response: http::Response<axum::body::Body>) -> HttpResponse {
+    let (parts, body) = response.into_parts();
+    let mut builder = HttpResponse::build(StatusCode::from_u16(parts.status.as_u16()).unwrap());
+    for (name, value) in &parts.headers {
+        builder.append_header((
+            HeaderName::from_bytes(name.as_str().as_bytes()).unwrap(),
+            HeaderValue::from_bytes(value.as_bytes()).unwrap(),
+        ));
+    }
+    if body.size_hint().exact().is_some() {
+        builder.body(body.collect().await.unwrap().to_bytes())
+    } else {
+        builder.streaming(body.into_data_stream())
+    }
+}

@@ -1,0 +1,627 @@
+//! Replay protection at the server level (DESIGN §3–4): one signed
+//! authorization runs the handler once, across concurrent copies, across
+//! instances sharing Redis, and through Redis outages and stalls.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout
+)]
+
+use std::{
+    net::TcpListener as StdTcpListener,
+    process::{Child as StdChild, Command as StdCommand, Stdio},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use axum::{http::StatusCode, response::IntoResponse, routing::get, Router};
+use serde_json::{json, Value};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
+    net::TcpStream,
+    process::{Child, Command},
+    sync::Barrier,
+};
+use x402_axum::PaywallLayer;
+use x402_core::{
+    claim::{RedisClaimStore, ReplayGuard},
+    Engine, Offer, Route,
+};
+use x402_tests::{
+    adapters::bind,
+    client::{self, Reply},
+    payment, EventLog, StandIn, PAY_TO, SECRET,
+};
+
+/// How many copies of one payment race each other.
+const COPIES: usize = 64;
+/// The guard's default store deadline.
+const DEADLINE: Duration = Duration::from_millis(250);
+/// What a claim refusal may take at most, wall time (deadline + margin).
+const REFUSAL_BUDGET: Duration = Duration::from_secs(1);
+
+// ---------------------------------------------------------------------------
+// Payments
+// ---------------------------------------------------------------------------
+
+/// A v2 payment header for `row` with a random nonce, valid for one hour
+/// (the harness's `validBefore` is year 5138, which the guard refuses as
+/// `authorization_lifetime_too_long`).
+fn header(row: &Value) -> String {
+    let mut p = payment::v2_payment(row, None);
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    p["payload"]["authorization"]["validBefore"] = json!((now.as_secs() + 3600).to_string());
+    payment::encode(&p)
+}
+
+// ---------------------------------------------------------------------------
+// One in-process axum server
+// ---------------------------------------------------------------------------
+
+/// An axum app: `GET /paid` ($0.01, paywalled, replay-guarded) counting its
+/// runs and failing with 500 while `fail_next` > 0; `GET /free` unprotected.
+struct App {
+    base: String,
+    standin: StandIn,
+    calls: Arc<AtomicUsize>,
+    fail_next: Arc<AtomicUsize>,
+    client: reqwest::Client,
+}
+
+fn engine(standin: &StandIn, guard: ReplayGuard) -> Engine {
+    Engine::builder(standin.facilitator())
+        .route(Route::get("/paid").offer(Offer::exact("eip155:84532", "$0.01", PAY_TO)))
+        .hooks(guard)
+        .build()
+        .unwrap()
+}
+
+impl App {
+    async fn start(guard: ReplayGuard) -> Self {
+        let standin = StandIn::start(EventLog::default()).await;
+        let calls = Arc::new(AtomicUsize::new(0));
+        let fail_next = Arc::new(AtomicUsize::new(0));
+        let paid = {
+            let (calls, fail_next) = (calls.clone(), fail_next.clone());
+            move || {
+                let (calls, fail_next) = (calls.clone(), fail_next.clone());
+                async move {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    let fail = fail_next
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok();
+                    if fail {
+                        (StatusCode::INTERNAL_SERVER_ERROR, "handler failed").into_response()
+                    } else {
+                        SECRET.into_response()
+                    }
+                }
+            }
+        };
+        let app = Router::new()
+            .route("/paid", get(paid))
+            .route("/free", get(|| async { "free content" }))
+            .layer(PaywallLayer::new(engine(&standin, guard)));
+        let (listener, base) = bind().await;
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self {
+            base,
+            standin,
+            calls,
+            fail_next,
+            client: client::client(),
+        }
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    async fn get(&self, path: &str, payment: Option<&str>) -> Reply {
+        let mut request = self.client.get(format!("{}{path}", self.base));
+        if let Some(payment) = payment {
+            request = request.header("PAYMENT-SIGNATURE", payment);
+        }
+        client::send(request).await
+    }
+
+    /// The row `/paid` offers.
+    async fn row(&self) -> Value {
+        row_at(&self.client, &self.base).await
+    }
+}
+
+async fn row_at(client: &reqwest::Client, base: &str) -> Value {
+    let reply = client::send(client.get(format!("{base}/paid"))).await;
+    reply.assert_status(402);
+    reply.payment_required()["accepts"][0].clone()
+}
+
+/// Sends `copies` requests at once (a barrier releases them together), each
+/// to `bases[i % bases.len()]/paid` with the same `payment`.
+async fn race(
+    client: &reqwest::Client,
+    bases: &[String],
+    payment: &str,
+    copies: usize,
+) -> Vec<Reply> {
+    let barrier = Arc::new(Barrier::new(copies));
+    let tasks: Vec<_> = (0..copies)
+        .map(|i| {
+            let request = client
+                .get(format!("{}/paid", bases[i % bases.len()]))
+                .header("PAYMENT-SIGNATURE", payment);
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                client::send(request).await
+            })
+        })
+        .collect();
+    let mut replies = Vec::with_capacity(copies);
+    for task in tasks {
+        replies.push(task.await.unwrap());
+    }
+    replies
+}
+
+/// Asserts one 200 carrying the content and a receipt, and `copies - 1`
+/// replay refusals.
+#[track_caller]
+fn assert_one_winner(replies: &[Reply]) {
+    let winners: Vec<_> = replies.iter().filter(|r| r.status == 200).collect();
+    assert_eq!(winners.len(), 1, "exactly one copy served");
+    assert!(winners[0].leaks_secret());
+    assert!(winners[0].header("payment-response").is_some(), "receipt");
+    for r in replies.iter().filter(|r| r.status != 200) {
+        r.assert_status(402);
+        assert_eq!(r.challenge_error(), "payment_replayed");
+        assert!(!r.leaks_secret());
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Redis
+// ---------------------------------------------------------------------------
+
+/// The shared Redis of the environment.
+fn shared_redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+/// A key prefix no other test (or run) uses.
+fn unique_prefix(test: &str) -> String {
+    format!("x402test:{test}:{}:", &payment::random_hex(8)[2..])
+}
+
+/// Deletes every key under `prefix` (best effort, with `redis-cli`).
+struct CleanPrefix {
+    url: String,
+    prefix: String,
+}
+
+impl Drop for CleanPrefix {
+    fn drop(&mut self) {
+        let pattern = format!("{}*", self.prefix);
+        let Ok(out) = StdCommand::new("redis-cli")
+            .args(["-u", &self.url, "--scan", "--pattern", &pattern])
+            .output()
+        else {
+            return;
+        };
+        for key in String::from_utf8_lossy(&out.stdout).lines() {
+            let _ = StdCommand::new("redis-cli")
+                .args(["-u", &self.url, "DEL", key])
+                .stdout(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// A redis-server of this test's own, killed on drop (even on panic).
+struct OwnRedis {
+    port: u16,
+    child: Option<StdChild>,
+}
+
+fn free_port() -> u16 {
+    let listener = StdTcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+impl OwnRedis {
+    async fn start() -> Self {
+        let mut redis = Self {
+            port: free_port(),
+            child: None,
+        };
+        redis.restart().await;
+        redis
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn pid(&self) -> String {
+        self.child.as_ref().unwrap().id().to_string()
+    }
+
+    /// Starts redis-server on the same port and waits for `PONG`.
+    async fn restart(&mut self) {
+        assert!(self.child.is_none(), "already running");
+        let port = self.port.to_string();
+        let child = StdCommand::new("redis-server")
+            .args([
+                "--port",
+                &port,
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        self.child = Some(child);
+        let started = Instant::now();
+        while !ping(self.port).await {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "redis-server did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// SIGKILLs redis-server and reaps it.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Sends `kill -<signal>` (`STOP`, `CONT`).
+    fn signal(&self, signal: &str) {
+        let status = StdCommand::new("kill")
+            .args([&format!("-{signal}"), &self.pid()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal}");
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        // SIGKILL also ends a SIGSTOPped process.
+        self.kill();
+    }
+}
+
+async fn ping(port: u16) -> bool {
+    let attempt = async {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        stream.write_all(b"PING\r\n").await.ok()?;
+        let mut buf = [0_u8; 7];
+        stream.read_exact(&mut buf).await.ok()?;
+        Some(&buf == b"+PONG\r\n")
+    };
+    tokio::time::timeout(Duration::from_millis(500), attempt)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
+#[track_caller]
+fn assert_claim_unavailable(reply: &Reply) {
+    reply.assert_status(503);
+    assert_eq!(reply.json(), json!({"error": "claim_unavailable"}));
+    let retry_after = reply.header("retry-after").expect("Retry-After");
+    assert!(
+        retry_after.parse::<u64>().unwrap() >= 1,
+        "Retry-After: {retry_after}"
+    );
+    assert!(!reply.leaks_secret());
+}
+
+// ---------------------------------------------------------------------------
+// 1. Concurrent copies, one process
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_copies_of_one_payment_run_the_handler_once() {
+    let app = App::start(ReplayGuard::memory()).await;
+    let payment = header(&app.row().await);
+
+    let started = Instant::now();
+    let replies = race(
+        &app.client,
+        std::slice::from_ref(&app.base),
+        &payment,
+        COPIES,
+    )
+    .await;
+    println!(
+        "{COPIES} concurrent copies, one server (memory store): {} ms",
+        started.elapsed().as_millis()
+    );
+
+    assert_one_winner(&replies);
+    assert_eq!(app.calls(), 1, "handler runs");
+    // Every copy was verified (the claim comes after verify); one settled.
+    app.standin.assert_calls(COPIES, 1);
+}
+
+// ---------------------------------------------------------------------------
+// 2. Concurrent copies, three processes sharing Redis
+// ---------------------------------------------------------------------------
+
+/// `replay_server` processes, killed on drop (even on panic).
+struct Servers(Vec<Child>);
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.start_kill();
+        }
+    }
+}
+
+async fn spawn_server(facilitator: &str, redis: &str, prefix: &str) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_replay_server"))
+        .env("FACILITATOR_URL", facilitator)
+        .env("REDIS_URL", redis)
+        .env("CLAIM_PREFIX", prefix)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("replay_server");
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        BufReader::new(stdout).read_line(&mut line),
+    )
+    .await
+    .expect("replay_server printed no address within 30 s")
+    .unwrap();
+    let base = line
+        .trim()
+        .strip_prefix("LISTENING ")
+        .unwrap_or_else(|| panic!("unexpected replay_server output: {line:?}"))
+        .to_owned();
+    (child, base)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_copies_across_three_processes_sharing_redis_run_the_handler_once() {
+    let redis = shared_redis_url();
+    let prefix = unique_prefix("multiprocess");
+    let _clean = CleanPrefix {
+        url: redis.clone(),
+        prefix: prefix.clone(),
+    };
+    let standin = StandIn::start(EventLog::default()).await;
+
+    let mut servers = Servers(Vec::new());
+    let mut bases = Vec::new();
+    for _ in 0..3 {
+        let (child, base) = spawn_server(&standin.url(), &redis, &prefix).await;
+        servers.0.push(child);
+        bases.push(base);
+    }
+    let client = client::client();
+    let payment = header(&row_at(&client, &bases[0]).await);
+
+    let started = Instant::now();
+    let replies = race(&client, &bases, &payment, COPIES).await;
+    println!(
+        "{COPIES} concurrent copies, three processes (shared Redis): {} ms",
+        started.elapsed().as_millis()
+    );
+
+    assert_one_winner(&replies);
+    let mut counts = Vec::new();
+    for base in &bases {
+        let reply = client::send(client.get(format!("{base}/count"))).await;
+        reply.assert_status(200);
+        counts.push(reply.text().parse::<usize>().unwrap());
+    }
+    assert_eq!(
+        counts.iter().sum::<usize>(),
+        1,
+        "handler runs per process: {counts:?}"
+    );
+    standin.assert_calls(COPIES, 1);
+    drop(servers);
+}
+
+// ---------------------------------------------------------------------------
+// 3. Redis down, then back
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_down_refuses_payments_fast_and_recovers_without_restart() {
+    let mut redis = OwnRedis::start().await;
+    let store = RedisClaimStore::connect(&redis.url())
+        .await
+        .unwrap()
+        .with_prefix(unique_prefix("down"));
+    let app = App::start(ReplayGuard::new(store)).await;
+    let row = app.row().await;
+
+    // Up: a payment goes through.
+    app.get("/paid", Some(&header(&row)))
+        .await
+        .assert_status(200);
+    assert_eq!(app.calls(), 1);
+
+    redis.kill();
+    for attempt in 1..=3 {
+        let started = Instant::now();
+        let reply = app.get("/paid", Some(&header(&row))).await;
+        let elapsed = started.elapsed();
+        println!(
+            "claim refusal with redis down (attempt {attempt}): {} ms",
+            elapsed.as_millis()
+        );
+        assert_claim_unavailable(&reply);
+        assert!(elapsed < REFUSAL_BUDGET, "refusal took {elapsed:?}");
+    }
+    assert_eq!(app.calls(), 1, "the handler never ran while Redis was down");
+    app.standin.assert_calls(4, 1);
+
+    // The rest of the server is unaffected.
+    let free = app.get("/free", None).await;
+    free.assert_status(200);
+    assert_eq!(free.text(), "free content");
+
+    // Back up on the same port: a new payment succeeds, same app.
+    redis.restart().await;
+    let restarted = Instant::now();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let reply = app.get("/paid", Some(&header(&row))).await;
+        if reply.status == 200 {
+            assert!(reply.leaks_secret());
+            break;
+        }
+        assert_claim_unavailable(&reply);
+        assert!(
+            restarted.elapsed() < Duration::from_secs(3),
+            "no recovery within 3 s of Redis restarting ({attempts} attempts)"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "recovery after redis restart: {} ms, {attempts} attempt(s)",
+        restarted.elapsed().as_millis()
+    );
+    assert_eq!(app.calls(), 2);
+    assert_eq!(app.standin.settle_calls(), 2);
+}
+
+// ---------------------------------------------------------------------------
+// 4. Redis stalled past the deadline, then resumed
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn late_claim_is_released_so_an_honest_retry_succeeds() {
+    let redis = OwnRedis::start().await;
+    let store = RedisClaimStore::connect(&redis.url())
+        .await
+        .unwrap()
+        .with_prefix(unique_prefix("stall"));
+    let app = App::start(ReplayGuard::new(store).deadline(DEADLINE)).await;
+    let row = app.row().await;
+    app.get("/paid", Some(&header(&row)))
+        .await
+        .assert_status(200);
+
+    let payment = header(&row);
+    redis.signal("STOP");
+    let started = Instant::now();
+    let reply = app.get("/paid", Some(&payment)).await;
+    let elapsed = started.elapsed();
+    println!(
+        "claim refusal with redis stopped: {} ms",
+        elapsed.as_millis()
+    );
+    assert_claim_unavailable(&reply);
+    assert!(
+        elapsed >= DEADLINE,
+        "refused before the deadline: {elapsed:?}"
+    );
+    assert!(elapsed < REFUSAL_BUDGET, "refusal took {elapsed:?}");
+    assert_eq!(app.calls(), 1, "the handler did not run");
+
+    // Redis resumes: the SET lands late; the guard must release it.
+    redis.signal("CONT");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let started = Instant::now();
+    let retry = app.get("/paid", Some(&payment)).await;
+    println!(
+        "honest retry after redis resumed: {} ms",
+        started.elapsed().as_millis()
+    );
+    retry.assert_status(200);
+    assert!(retry.leaks_secret());
+    assert_eq!(app.calls(), 2);
+    assert_eq!(app.standin.settle_calls(), 2);
+
+    // And the authorization is now claimed for good.
+    let replay = app.get("/paid", Some(&payment)).await;
+    replay.assert_status(402);
+    assert_eq!(replay.challenge_error(), "payment_replayed");
+    assert_eq!(app.calls(), 2);
+}
+
+// ---------------------------------------------------------------------------
+// 5. Handler failure releases the claim
+// ---------------------------------------------------------------------------
+
+async fn handler_failure_releases_the_claim(guard: ReplayGuard) {
+    let app = App::start(guard).await;
+    let payment = header(&app.row().await);
+
+    app.fail_next.store(1, Ordering::SeqCst);
+    let failed = app.get("/paid", Some(&payment)).await;
+    failed.assert_status(500);
+    assert_eq!(
+        failed.text(),
+        "handler failed",
+        "handler's response, unchanged"
+    );
+    assert_eq!(app.calls(), 1);
+    app.standin.assert_calls(1, 0);
+
+    // Same header string: the claim was released, the handler runs again.
+    let retry = app.get("/paid", Some(&payment)).await;
+    retry.assert_status(200);
+    assert!(retry.leaks_secret());
+    assert!(retry.header("payment-response").is_some(), "receipt");
+    assert_eq!(app.calls(), 2);
+    app.standin.assert_calls(2, 1);
+
+    // Settled: the claim is kept.
+    let replay = app.get("/paid", Some(&payment)).await;
+    replay.assert_status(402);
+    assert_eq!(replay.challenge_error(), "payment_replayed");
+    assert_eq!(app.calls(), 2);
+    app.standin.assert_calls(3, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handler_failure_releases_the_claim_memory_store() {
+    handler_failure_releases_the_claim(ReplayGuard::memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handler_failure_releases_the_claim_redis_store() {
+    let url = shared_redis_url();
+    let prefix = unique_prefix("handler500");
+    let _clean = CleanPrefix {
+        url: url.clone(),
+        prefix: prefix.clone(),
+    };
+    let store = RedisClaimStore::connect(&url)
+        .await
+        .unwrap()
+        .with_prefix(prefix);
+    handler_failure_releases_the_claim(ReplayGuard::new(store)).await;
+}

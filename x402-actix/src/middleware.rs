@@ -1,0 +1,264 @@
+//! The [`X402Middleware`] transform and the service it creates.
+
+use std::{
+    fmt,
+    future::{ready, Future, Ready},
+    pin::Pin,
+    rc::Rc,
+};
+
+use actix_web::{
+    body::{self, EitherBody, MessageBody},
+    dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform},
+    http::header,
+    HttpMessage, HttpRequest, HttpResponse,
+};
+use x402_core::{
+    engine::{handler_failed_response, Completion, Decision, EngineResponse, PaidRequest},
+    route::SettlementTiming,
+    Engine,
+};
+
+use crate::convert::{self, RequestHead};
+
+/// The x402 paywall as actix-web middleware.
+///
+/// Wrap an [`App`](actix_web::App), a [`Scope`](actix_web::Scope) or a
+/// [`Resource`](actix_web::Resource) with it. Requests the [`Engine`]
+/// protects are answered with a 402 challenge until they carry a valid
+/// payment; a paid request reaches the handler with the
+/// [`VerifiedPayment`](x402_core::VerifiedPayment) in its extensions (read it
+/// with the [`Payment`](crate::Payment) extractor), and its response gets the
+/// settlement receipt. Everything else passes through untouched.
+///
+/// The engine matches routes on the request's full path, whatever scope the
+/// middleware wraps: declare routes in the engine with the path a client
+/// sends.
+///
+/// ```
+/// use actix_web::{web, App, HttpResponse};
+/// use x402_actix::{Payment, X402Middleware};
+/// use x402_core::{Engine, Offer, Route};
+/// # use x402_core::facilitator::{Facilitator, FacilitatorError};
+/// # use x402_core::proto::*;
+/// # #[derive(Debug)] struct Nobody;
+/// # #[async_trait::async_trait] impl Facilitator for Nobody {
+/// #   async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
+/// #   async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
+/// #   async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> { Ok(Default::default()) }
+/// # }
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let engine = Engine::builder(Nobody)
+///     .route(Route::get("/api/report").offer(Offer::exact(
+///         "eip155:84532",
+///         "$0.01",
+///         "0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
+///     )))
+///     .build()?;
+///
+/// async fn report(Payment(payment): Payment) -> HttpResponse {
+///     HttpResponse::Ok().body(format!("paid by {:?}", payment.payer))
+/// }
+///
+/// // Only the `/api` scope goes through the paywall.
+/// let app = App::new()
+///     .service(
+///         web::scope("/api")
+///             .wrap(X402Middleware::new(engine))
+///             .route("/report", web::get().to(report)),
+///     )
+///     .route("/health", web::get().to(HttpResponse::Ok));
+/// # let _ = app;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct X402Middleware {
+    engine: Engine,
+}
+
+impl X402Middleware {
+    /// The paywall driven by `engine`.
+    #[must_use]
+    pub fn new(engine: Engine) -> Self {
+        Self { engine }
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+impl From<Engine> for X402Middleware {
+    fn from(engine: Engine) -> Self {
+        Self::new(engine)
+    }
+}
+
+impl<S, B> Transform<S, ServiceRequest> for X402Middleware
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
+    B: MessageBody + 'static,
+{
+    type Response = ServiceResponse<EitherBody<B>>;
+    type Error = actix_web::Error;
+    type Transform = X402MiddlewareService<S>;
+    type InitError = ();
+    type Future = Ready<Result<Self::Transform, Self::InitError>>;
+
+    fn new_transform(&self, service: S) -> Self::Future {
+        ready(Ok(X402MiddlewareService {
+            service: Rc::new(service),
+            engine: self.engine.clone(),
+        }))
+    }
+}
+
+/// The service [`X402Middleware`] wraps around the next one. Not named by
+/// users; public only because actix-web's `Transform` needs it to be.
+#[doc(hidden)]
+pub struct X402MiddlewareService<S> {
+    // `Rc`: the inner service is called from the response future, after the
+    // engine decided, and actix-web runs each worker on one thread.
+    service: Rc<S>,
+    engine: Engine,
+}
+
+impl<S> fmt::Debug for X402MiddlewareService<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("X402MiddlewareService")
+            .field("engine", &self.engine)
+            .finish_non_exhaustive()
+    }
+}
+
+type LocalBoxFuture<T> = Pin<Box<dyn Future<Output = T> + 'static>>;
+
+impl<S, B> Service<ServiceRequest> for X402MiddlewareService<S>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
+    B: MessageBody + 'static,
+{
+    type Response = ServiceResponse<EitherBody<B>>;
+    type Error = actix_web::Error;
+    type Future = LocalBoxFuture<Result<Self::Response, Self::Error>>;
+
+    forward_ready!(service);
+
+    fn call(&self, request: ServiceRequest) -> Self::Future {
+        let service = Rc::clone(&self.service);
+        let engine = self.engine.clone();
+        Box::pin(async move { handle(&*service, &engine, request).await })
+    }
+}
+
+/// One request through the engine: the same flow as `x402_tower::Paywall`.
+async fn handle<S, B>(
+    service: &S,
+    engine: &Engine,
+    request: ServiceRequest,
+) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
+    B: MessageBody,
+{
+    let decision = match RequestHead::from_request(&request) {
+        Ok(head) => engine.process(head.view()).await,
+        Err(reason) => {
+            // Unreachable for anything actix-web parsed (see `convert`), and
+            // refused rather than let past the paywall unexamined.
+            tracing::warn!(
+                ?reason,
+                "x402: request not translatable for the engine; refused"
+            );
+            let response = HttpResponse::BadRequest().finish();
+            return Ok(request.into_response(response).map_into_right_body());
+        }
+    };
+    let paid = match decision {
+        Decision::Pass => {
+            return service
+                .call(request)
+                .await
+                .map(ServiceResponse::map_into_left_body)
+        }
+        Decision::Respond(response) => {
+            let (request, _) = request.into_parts();
+            return Ok(engine_response(request, response));
+        }
+        Decision::Paid(paid) => paid,
+    };
+    request.extensions_mut().insert(paid.payment().clone());
+
+    if paid.timing() == SettlementTiming::BeforeHandler {
+        let settled = match paid.settle().await {
+            Ok(settled) => settled,
+            Err(response) => {
+                let (request, _) = request.into_parts();
+                return Ok(engine_response(request, response));
+            }
+        };
+        let mut response = service.call(request).await?;
+        let before = convert::headers_to_http1(response.headers());
+        let mut after = before.clone();
+        settled.finish(&mut after);
+        convert::write_back(response.headers_mut(), &before, &after);
+        return Ok(response.map_into_left_body());
+    }
+
+    let response = match service.call(request).await {
+        Ok(response) => response,
+        Err(error) => {
+            paid.abort().await;
+            return Err(error);
+        }
+    };
+    // Handler errors are already responses here (status >= 400, with
+    // `response.error()` set); `complete` releases those unsettled.
+    complete(*paid, response).await
+}
+
+/// Settles a payment after its handler answered. The body is held until
+/// settled: a refused settlement must not leak it, and a body that fails
+/// midway must not be charged.
+async fn complete<B>(
+    paid: PaidRequest,
+    response: ServiceResponse<B>,
+) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error>
+where
+    B: MessageBody,
+{
+    let (request, response) = response.into_parts();
+    let (mut head, body) = response.into_parts();
+    let data = match body::to_bytes(body).await {
+        Ok(data) => data,
+        Err(error) => {
+            let error: Box<dyn std::error::Error> = error.into();
+            tracing::error!(%error, "x402: paid handler's body failed; not settling");
+            paid.abort().await;
+            return Ok(engine_response(request, handler_failed_response()));
+        }
+    };
+    let before = convert::headers_to_http1(head.headers());
+    let mut after = before.clone();
+    match paid
+        .complete(convert::status_to_http1(head.status()), &mut after)
+        .await
+    {
+        Completion::Deliver => {
+            convert::write_back(head.headers_mut(), &before, &after);
+            // The body's length is known now.
+            head.headers_mut().remove(header::TRANSFER_ENCODING);
+            let response = head.set_body(data).map_into_boxed_body();
+            Ok(ServiceResponse::new(request, response).map_into_right_body())
+        }
+        Completion::Replace(response) => Ok(engine_response(request, response)),
+    }
+}
+
+fn engine_response<B>(
+    request: HttpRequest,
+    response: EngineResponse,
+) -> ServiceResponse<EitherBody<B>> {
+    ServiceResponse::new(request, convert::response(response)).map_into_right_body()
+}

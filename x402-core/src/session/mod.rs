@@ -1,0 +1,226 @@
+//! Prepaid sessions: pay once, then make many calls with no further payment.
+//!
+//! This is this crate's own extension (upstream x402 has none). A route may
+//! offer sessions ([`SessionOffer`]): the buyer pays once with a normal v2
+//! payment for one of the offer's requirements, and gets a token good for
+//! `calls` requests within `ttl`. Each later request sends
+//! `X-PAYMENT-SESSION: <token>`; one call is redeemed atomically in a
+//! [`SessionStore`], with no signature, no facilitator call and no chain
+//! transaction. A call whose handler fails (status ≥ 400) is given back.
+//!
+//! Tokens are 256 random bits, shown to the buyer once, and stored only as a
+//! SHA-256 hash: a dump of the store holds no usable token.
+
+use std::{error::Error as StdError, fmt, time::Duration};
+
+use async_trait::async_trait;
+use http::HeaderName;
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+
+mod memory;
+#[cfg(feature = "redis")]
+mod redis;
+
+pub use self::memory::MemorySessionStore;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use self::redis::RedisSessionStore;
+
+/// `X-PAYMENT-SESSION`: the session token, on requests (to redeem) and on the
+/// response that opened the session.
+pub const X_PAYMENT_SESSION: HeaderName = HeaderName::from_static("x-payment-session");
+/// `X-PAYMENT-SESSION-REMAINING`: calls left, on every session response.
+pub const X_PAYMENT_SESSION_REMAINING: HeaderName =
+    HeaderName::from_static("x-payment-session-remaining");
+
+/// A session token: 256 random bits, written as 64 lowercase hex digits.
+/// Its `Debug` output never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SessionToken(String);
+
+impl SessionToken {
+    /// A fresh random token.
+    pub fn generate() -> Self {
+        let mut bytes = [0u8; 32];
+        rand::rngs::OsRng.fill_bytes(&mut bytes);
+        Self(hex_lower(&bytes))
+    }
+
+    /// Reads a token sent by a buyer; `None` unless it is 64 hex digits.
+    pub fn parse(s: &str) -> Option<Self> {
+        let s = s.trim();
+        (s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())).then(|| Self(s.to_ascii_lowercase()))
+    }
+
+    /// The token as sent to the buyer.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// The hash under which the token is stored.
+    pub fn hash(&self) -> TokenHash {
+        TokenHash(Sha256::digest(self.0.as_bytes()).into())
+    }
+}
+
+impl fmt::Debug for SessionToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SessionToken(..)")
+    }
+}
+
+/// The SHA-256 of a session token: the only form a store keeps.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TokenHash(pub [u8; 32]);
+
+impl TokenHash {
+    /// Lowercase hex, for store keys.
+    pub fn to_hex(&self) -> String {
+        hex_lower(&self.0)
+    }
+}
+
+impl fmt::Debug for TokenHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TokenHash({}…)", &self.to_hex()[..8])
+    }
+}
+
+fn hex_lower(bytes: &[u8]) -> String {
+    use fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// A session as a store keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRecord {
+    /// The scope it was sold for (a session only redeems on routes of this scope).
+    pub scope: String,
+    /// Calls left.
+    pub remaining: u64,
+    /// Unix seconds after which it is void.
+    pub expires_at: u64,
+}
+
+/// The result of a redemption.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Redemption {
+    /// One call redeemed; this many are left.
+    Redeemed {
+        /// Calls left after this one.
+        remaining: u64,
+    },
+    /// No such session.
+    Unknown,
+    /// The session has expired.
+    Expired,
+    /// No calls left.
+    Exhausted,
+    /// The session was sold for another scope.
+    OutOfScope,
+}
+
+/// Where sessions live. Implementations must make [`redeem`](Self::redeem)
+/// atomic: concurrent redemptions of one session, from any number of
+/// processes sharing the store, never redeem more calls than it holds.
+#[async_trait]
+pub trait SessionStore: Send + Sync + 'static {
+    /// Stores a new session under its token's hash.
+    async fn open(&self, token: &TokenHash, record: SessionRecord) -> Result<(), SessionStoreError>;
+
+    /// Redeems one call if the session exists, has not expired (`now` in unix
+    /// seconds), has calls left and was sold for `scope`.
+    async fn redeem(&self, token: &TokenHash, scope: &str, now: u64) -> Result<Redemption, SessionStoreError>;
+
+    /// Gives one call back (its handler failed). Never raises the count above
+    /// what was sold; a session that expired meanwhile stays expired.
+    async fn give_back(&self, token: &TokenHash) -> Result<(), SessionStoreError>;
+}
+
+/// A session store could not answer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionStoreError {
+    /// The backend failed.
+    #[error("session store backend failed")]
+    Backend(#[source] Box<dyn StdError + Send + Sync>),
+    /// The backend did not answer in time.
+    #[error("session store timed out")]
+    Timeout,
+}
+
+/// A session a route sells: `calls` requests within `ttl`, for a price.
+#[derive(Debug, Clone)]
+pub struct SessionOffer {
+    pub(crate) id: String,
+    pub(crate) calls: u64,
+    pub(crate) ttl: Duration,
+    pub(crate) scope: String,
+    pub(crate) offers: Vec<crate::route::Offer>,
+}
+
+impl SessionOffer {
+    /// A session of `calls` calls within `ttl`, identified by `id` (unique per
+    /// route), redeemable on routes that declare the same `scope`.
+    pub fn new(id: impl Into<String>, calls: u64, ttl: Duration, scope: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            calls: calls.max(1),
+            ttl,
+            scope: scope.into(),
+            offers: Vec::new(),
+        }
+    }
+
+    /// Adds a way to pay for the session (an `exact` offer, typically).
+    #[must_use]
+    pub fn offer(mut self, offer: crate::route::Offer) -> Self {
+        self.offers.push(offer);
+        self
+    }
+
+    /// The offer's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Calls sold.
+    pub fn calls(&self) -> u64 {
+        self.calls
+    }
+
+    /// How long the session lasts.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The scope.
+    pub fn scope(&self) -> &str {
+        &self.scope
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_random_hex_and_hidden() {
+        let a = SessionToken::generate();
+        let b = SessionToken::generate();
+        assert_ne!(a, b);
+        assert_eq!(a.expose().len(), 64);
+        assert_eq!(SessionToken::parse(a.expose()), Some(a.clone()));
+        assert_eq!(SessionToken::parse(&a.expose().to_uppercase()), Some(a.clone()));
+        assert!(SessionToken::parse("abc").is_none());
+        assert!(SessionToken::parse(&"g".repeat(64)).is_none());
+        assert!(!format!("{a:?}").contains(a.expose()));
+        assert_ne!(a.hash().to_hex(), a.expose());
+    }
+}

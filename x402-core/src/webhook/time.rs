@@ -1,0 +1,75 @@
+//! Wall-clock helpers (no date crate needed).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Seconds since the Unix epoch, now.
+pub(crate) fn unix_now() -> u64 {
+    since_epoch(SystemTime::now()).as_secs()
+}
+
+/// Milliseconds since the Unix epoch, now.
+#[cfg(feature = "redis")]
+pub(crate) fn unix_millis_now() -> u64 {
+    u64::try_from(since_epoch(SystemTime::now()).as_millis()).unwrap_or(u64::MAX)
+}
+
+fn since_epoch(t: SystemTime) -> Duration {
+    t.duration_since(UNIX_EPOCH).unwrap_or_default()
+}
+
+/// Now as RFC 3339 in UTC with milliseconds (`2025-01-31T12:00:00.123Z`).
+pub(crate) fn rfc3339_now() -> String {
+    rfc3339(since_epoch(SystemTime::now()))
+}
+
+/// `since_epoch` as RFC 3339 in UTC with milliseconds.
+pub(crate) fn rfc3339(since_epoch: Duration) -> String {
+    let secs = since_epoch.as_secs();
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60,
+        since_epoch.subsec_millis()
+    )
+}
+
+/// Howard Hinnant's days-to-civil algorithm.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    (
+        y,
+        u32::try_from(m).unwrap_or(1),
+        u32::try_from(d).unwrap_or(1),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_known_instants() {
+        assert_eq!(rfc3339(Duration::ZERO), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            rfc3339(Duration::from_millis(1_709_251_199_123)),
+            "2024-02-29T23:59:59.123Z"
+        );
+        assert_eq!(
+            rfc3339(Duration::from_secs(4_102_444_800)),
+            "2100-01-01T00:00:00.000Z"
+        );
+    }
+}

@@ -1,0 +1,444 @@
+//! Prepaid sessions: one `SessionStore` conformance suite run against every
+//! store, and a dump of the Redis keys showing that no usable token is kept.
+//!
+//! The Redis tests need a server at `REDIS_URL` (default
+//! `redis://127.0.0.1:6379`). Each run uses its own random key prefix.
+
+// Helpers outside `#[test]` functions unwrap too: a failure is a test failure.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant, SystemTime},
+};
+
+use tokio::sync::Barrier;
+use x402_core::session::{
+    MemorySessionStore, Redemption, SessionRecord, SessionStore, SessionToken, TokenHash,
+};
+
+const SCOPE: &str = "weather";
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn record(scope: &str, calls: u64, expires_at: u64) -> SessionRecord {
+    SessionRecord {
+        scope: scope.to_owned(),
+        remaining: calls,
+        expires_at,
+    }
+}
+
+/// A fresh token's hash, for a session that lives 5 minutes.
+async fn open(store: &impl SessionStore, scope: &str, calls: u64) -> TokenHash {
+    let token = SessionToken::generate().hash();
+    store
+        .open(&token, record(scope, calls, unix_now() + 300))
+        .await
+        .unwrap();
+    token
+}
+
+fn redeemed(remaining: u64) -> Redemption {
+    Redemption::Redeemed { remaining }
+}
+
+// ---------------------------------------------------------------------------
+// The conformance suite
+// ---------------------------------------------------------------------------
+
+/// The behaviour every `SessionStore` must have. Each function gets several
+/// instances of the store under test that share one backend (clones of one
+/// in-memory store; separate Redis connections), standing in for several
+/// engine instances.
+mod conformance {
+    use super::*;
+
+    pub(crate) async fn counts_down_to_exhausted<S: SessionStore>(stores: Vec<S>) {
+        let token = open(&stores[0], SCOPE, 3).await;
+        let now = unix_now();
+        // Any instance redeems from the same count.
+        for (i, left) in [2, 1, 0].into_iter().enumerate() {
+            let store = &stores[i % stores.len()];
+            assert_eq!(
+                store.redeem(&token, SCOPE, now).await.unwrap(),
+                redeemed(left)
+            );
+        }
+        for store in &stores {
+            assert_eq!(
+                store.redeem(&token, SCOPE, now).await.unwrap(),
+                Redemption::Exhausted
+            );
+        }
+    }
+
+    pub(crate) async fn expires_in_real_time<S: SessionStore>(stores: Vec<S>) {
+        let store = &stores[0];
+        let token = SessionToken::generate().hash();
+        let expires_at = unix_now() + 1;
+        store
+            .open(&token, record(SCOPE, 5, expires_at))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.redeem(&token, SCOPE, expires_at - 1).await.unwrap(),
+            redeemed(4)
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(
+            store.redeem(&token, SCOPE, unix_now()).await.unwrap(),
+            Redemption::Expired
+        );
+        // A call given back after the expiry is not restored: seen from
+        // before the expiry, the count is where it was.
+        store.give_back(&token).await.unwrap();
+        assert_eq!(
+            store.redeem(&token, SCOPE, expires_at - 1).await.unwrap(),
+            redeemed(3)
+        );
+    }
+
+    pub(crate) async fn expires_at_the_given_now<S: SessionStore>(stores: Vec<S>) {
+        let store = &stores[0];
+        let token = SessionToken::generate().hash();
+        let expires_at = unix_now() + 3600;
+        store
+            .open(&token, record(SCOPE, 5, expires_at))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.redeem(&token, SCOPE, expires_at - 1).await.unwrap(),
+            redeemed(4)
+        );
+        // Exactly at `expires_at` the session is over, and stays over.
+        for now in [expires_at, expires_at + 1, expires_at + 1_000_000] {
+            assert_eq!(
+                store.redeem(&token, SCOPE, now).await.unwrap(),
+                Redemption::Expired
+            );
+        }
+        // Expired redemptions consumed nothing.
+        assert_eq!(
+            store.redeem(&token, SCOPE, expires_at - 1).await.unwrap(),
+            redeemed(3)
+        );
+    }
+
+    pub(crate) async fn other_scopes_are_refused_without_a_call<S: SessionStore>(stores: Vec<S>) {
+        let store = &stores[0];
+        let token = open(store, SCOPE, 2).await;
+        let now = unix_now();
+        for scope in ["news", "", "weather:pro", "Weather"] {
+            assert_eq!(
+                store.redeem(&token, scope, now).await.unwrap(),
+                Redemption::OutOfScope,
+                "{scope:?}"
+            );
+        }
+        assert_eq!(store.redeem(&token, SCOPE, now).await.unwrap(), redeemed(1));
+        assert_eq!(
+            store.redeem(&token, "news", now).await.unwrap(),
+            Redemption::OutOfScope
+        );
+        assert_eq!(store.redeem(&token, SCOPE, now).await.unwrap(), redeemed(0));
+    }
+
+    pub(crate) async fn give_back_restores_a_call_but_never_above_sold<S: SessionStore>(
+        stores: Vec<S>,
+    ) {
+        let store = &stores[0];
+        let token = open(store, SCOPE, 3).await;
+        let now = unix_now();
+        // Nothing redeemed yet: nothing to give back.
+        store.give_back(&token).await.unwrap();
+        store.give_back(&token).await.unwrap();
+        assert_eq!(store.redeem(&token, SCOPE, now).await.unwrap(), redeemed(2));
+        // The handler failed: the call comes back (through another instance).
+        stores[1 % stores.len()].give_back(&token).await.unwrap();
+        assert_eq!(store.redeem(&token, SCOPE, now).await.unwrap(), redeemed(2));
+        assert_eq!(store.redeem(&token, SCOPE, now).await.unwrap(), redeemed(1));
+        assert_eq!(store.redeem(&token, SCOPE, now).await.unwrap(), redeemed(0));
+        assert_eq!(
+            store.redeem(&token, SCOPE, now).await.unwrap(),
+            Redemption::Exhausted
+        );
+        store.give_back(&token).await.unwrap();
+        assert_eq!(store.redeem(&token, SCOPE, now).await.unwrap(), redeemed(0));
+        // Many give-backs restore at most the 3 calls sold.
+        for _ in 0..10 {
+            store.give_back(&token).await.unwrap();
+        }
+        for left in [2, 1, 0] {
+            assert_eq!(
+                store.redeem(&token, SCOPE, now).await.unwrap(),
+                redeemed(left)
+            );
+        }
+        assert_eq!(
+            store.redeem(&token, SCOPE, now).await.unwrap(),
+            Redemption::Exhausted
+        );
+    }
+
+    pub(crate) async fn unknown_tokens_are_unknown<S: SessionStore>(stores: Vec<S>) {
+        let store = &stores[0];
+        let known = open(store, SCOPE, 2).await;
+        let unknown = SessionToken::generate().hash();
+        let now = unix_now();
+        assert_eq!(
+            store.redeem(&unknown, SCOPE, now).await.unwrap(),
+            Redemption::Unknown
+        );
+        // Giving back to an unknown session creates nothing.
+        store.give_back(&unknown).await.unwrap();
+        assert_eq!(
+            store.redeem(&unknown, SCOPE, now).await.unwrap(),
+            Redemption::Unknown
+        );
+        // A stored hash is no token: sent as one, it is hashed again and
+        // finds nothing.
+        let rehashed = SessionToken::parse(&known.to_hex()).unwrap().hash();
+        assert_eq!(
+            store.redeem(&rehashed, SCOPE, now).await.unwrap(),
+            Redemption::Unknown
+        );
+        assert_eq!(store.redeem(&known, SCOPE, now).await.unwrap(), redeemed(1));
+    }
+
+    pub(crate) async fn sessions_are_independent<S: SessionStore>(stores: Vec<S>) {
+        let store = &stores[0];
+        let a = open(store, SCOPE, 1).await;
+        let b = open(store, SCOPE, 2).await;
+        let now = unix_now();
+        assert_eq!(store.redeem(&a, SCOPE, now).await.unwrap(), redeemed(0));
+        assert_eq!(
+            store.redeem(&a, SCOPE, now).await.unwrap(),
+            Redemption::Exhausted
+        );
+        assert_eq!(store.redeem(&b, SCOPE, now).await.unwrap(), redeemed(1));
+    }
+
+    /// 1,000 concurrent redemptions of a 100-call session, spread over the
+    /// instances: exactly 100 redeemed, 900 exhausted, and every count from
+    /// 99 down to 0 handed out once.
+    pub(crate) async fn concurrent_redemptions_never_oversell<S: SessionStore + Clone>(
+        stores: Vec<S>,
+        label: &str,
+    ) {
+        const CALLS: u64 = 100;
+        const REQUESTS: usize = 1_000;
+        let token = open(&stores[0], SCOPE, CALLS).await;
+        let now = unix_now();
+        let barrier = Arc::new(Barrier::new(REQUESTS));
+        let started = Instant::now();
+        let tasks: Vec<_> = (0..REQUESTS)
+            .map(|i| {
+                let store = stores[i % stores.len()].clone();
+                let barrier = barrier.clone();
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    store.redeem(&token, SCOPE, now).await.unwrap()
+                })
+            })
+            .collect();
+        let mut left = Vec::new();
+        let mut exhausted = 0;
+        for task in tasks {
+            match task.await.unwrap() {
+                Redemption::Redeemed { remaining } => left.push(remaining),
+                Redemption::Exhausted => exhausted += 1,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let elapsed = started.elapsed();
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!(
+                "{label}: {REQUESTS} concurrent redemptions over {} instances in {elapsed:?}",
+                stores.len()
+            );
+        }
+        assert_eq!(left.len() as u64, CALLS);
+        assert_eq!(exhausted, REQUESTS - CALLS as usize);
+        left.sort_unstable();
+        assert_eq!(left, (0..CALLS).collect::<Vec<_>>());
+        assert_eq!(
+            stores[0].redeem(&token, SCOPE, now).await.unwrap(),
+            Redemption::Exhausted
+        );
+    }
+}
+
+/// Runs the conformance suite against `$stores` (an async expression giving
+/// a `Vec` of instances sharing one backend), on a multi-threaded runtime.
+macro_rules! session_store_conformance {
+    ($name:ident, $stores:expr) => {
+        mod $name {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn counts_down_to_exhausted() {
+                conformance::counts_down_to_exhausted($stores.await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn expires_in_real_time() {
+                conformance::expires_in_real_time($stores.await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn expires_at_the_given_now() {
+                conformance::expires_at_the_given_now($stores.await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn other_scopes_are_refused_without_a_call() {
+                conformance::other_scopes_are_refused_without_a_call($stores.await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn give_back_restores_a_call_but_never_above_sold() {
+                conformance::give_back_restores_a_call_but_never_above_sold($stores.await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn unknown_tokens_are_unknown() {
+                conformance::unknown_tokens_are_unknown($stores.await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn sessions_are_independent() {
+                conformance::sessions_are_independent($stores.await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn concurrent_redemptions_never_oversell() {
+                conformance::concurrent_redemptions_never_oversell(
+                    $stores.await,
+                    stringify!($name),
+                )
+                .await;
+            }
+        }
+    };
+}
+
+session_store_conformance!(memory_store, async {
+    let store = MemorySessionStore::new();
+    vec![store.clone(), store.clone(), store]
+});
+
+#[cfg(feature = "redis")]
+session_store_conformance!(redis_store, redis::three_instances());
+
+// ---------------------------------------------------------------------------
+// Redis
+// ---------------------------------------------------------------------------
+
+#[cfg(feature = "redis")]
+mod redis {
+    use std::sync::OnceLock;
+
+    use ::redis::AsyncCommands;
+    use x402_core::session::RedisSessionStore;
+
+    use super::*;
+
+    fn url() -> String {
+        std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+    }
+
+    /// One random prefix per test run, so runs sharing a Redis never collide.
+    fn prefix() -> &'static str {
+        static PREFIX: OnceLock<String> = OnceLock::new();
+        PREFIX.get_or_init(|| format!("x402:test:session:{:016x}:", rand::random::<u64>()))
+    }
+
+    async fn store() -> RedisSessionStore {
+        RedisSessionStore::connect(&url())
+            .await
+            .unwrap_or_else(|e| panic!("Redis at {} (set REDIS_URL): {e}", url()))
+            .prefix(prefix())
+    }
+
+    /// Three stores with their own connections: three engine instances.
+    pub(crate) async fn three_instances() -> Vec<RedisSessionStore> {
+        vec![store().await, store().await, store().await]
+    }
+
+    async fn raw_connection() -> ::redis::aio::MultiplexedConnection {
+        ::redis::Client::open(url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn dump_holds_no_usable_token() {
+        // A prefix of its own, so the dump shows exactly this test's keys.
+        let prefix = format!("{}dump:{:016x}:", prefix(), rand::random::<u64>());
+        let store = store().await.prefix(prefix.clone());
+        let token = SessionToken::generate();
+        let expires_at = unix_now() + 300;
+        store
+            .open(&token.hash(), record(SCOPE, 10, expires_at))
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .redeem(&token.hash(), SCOPE, unix_now())
+                .await
+                .unwrap(),
+            redeemed(9)
+        );
+
+        let mut redis = raw_connection().await;
+        let keys: Vec<String> = redis.keys(format!("{prefix}*")).await.unwrap();
+        assert_eq!(keys, vec![format!("{prefix}{}", token.hash().to_hex())]);
+        let mut dump = String::new();
+        for key in &keys {
+            dump.push_str(key);
+            let fields: Vec<(String, String)> = redis.hgetall(key).await.unwrap();
+            for (field, value) in &fields {
+                dump.push_str(field);
+                dump.push_str(value);
+            }
+            let mut fields: Vec<_> = fields.into_iter().map(|(f, _)| f).collect();
+            fields.sort();
+            assert_eq!(fields, ["expires_at", "remaining", "scope", "sold"]);
+            // Redis forgets the session shortly after it expires.
+            let ttl: i64 = redis.ttl(key).await.unwrap();
+            assert!(ttl > 300 - 5 && ttl <= 300 + 120, "ttl {ttl}");
+            let _: i64 = redis.del(key).await.unwrap();
+        }
+        let exposed = token.expose();
+        assert!(!dump.contains(exposed));
+        assert!(!dump
+            .to_ascii_uppercase()
+            .contains(&exposed.to_ascii_uppercase()));
+        // Not even a sizeable piece of it.
+        for piece in exposed.as_bytes().chunks(16) {
+            let piece = std::str::from_utf8(piece).unwrap();
+            assert!(!dump.contains(piece), "{piece}");
+        }
+        assert!(dump.contains(&token.hash().to_hex()));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn default_prefix_and_connection_errors() {
+        let store = RedisSessionStore::connect(&url()).await.unwrap();
+        assert!(format!("{store:?}").contains("x402:session:"));
+        // Nothing listens on port 1.
+        assert!(RedisSessionStore::connect("redis://127.0.0.1:1")
+            .await
+            .is_err());
+        assert!(RedisSessionStore::connect("not a url").await.is_err());
+    }
+}
