@@ -24,6 +24,7 @@
 
 pub mod actix;
 pub mod adapters;
+pub mod anvil;
 pub mod client;
 pub mod handler;
 pub mod payment;

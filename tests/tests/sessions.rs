@@ -2,6 +2,8 @@
 //! refusals, on both stores, and exactly-once redemption under load across
 //! several engine instances sharing Redis.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::{
     sync::{
         atomic::{AtomicUsize, Ordering},
@@ -47,11 +49,21 @@ impl Facilitator for Counting {
     }
 }
 
-fn engine(facilitator: Arc<Counting>, store: impl SessionStore, calls: u64, ttl: Duration) -> Engine {
+fn engine(
+    facilitator: Arc<Counting>,
+    store: impl SessionStore,
+    calls: u64,
+    ttl: Duration,
+) -> Engine {
     builder(facilitator, store, calls, ttl).build().unwrap()
 }
 
-fn engine_with_deadline(facilitator: Arc<Counting>, store: impl SessionStore, calls: u64, ttl: Duration) -> Engine {
+fn engine_with_deadline(
+    facilitator: Arc<Counting>,
+    store: impl SessionStore,
+    calls: u64,
+    ttl: Duration,
+) -> Engine {
     builder(facilitator, store, calls, ttl)
         .session_deadline(Duration::from_secs(5))
         .build()
@@ -69,16 +81,22 @@ fn builder(
             Route::get("/session/demo")
                 .offer(Offer::exact("eip155:84532", "$0.001", PAY_TO))
                 .session(
-                    SessionOffer::new("demo-100", calls, ttl, "demo")
-                        .offer(Offer::exact("eip155:84532", "$0.05", PAY_TO)),
+                    SessionOffer::new("demo-100", calls, ttl, "demo").offer(Offer::exact(
+                        "eip155:84532",
+                        "$0.05",
+                        PAY_TO,
+                    )),
                 ),
         )
         .route(
             Route::get("/other")
                 .offer(Offer::exact("eip155:84532", "$0.001", PAY_TO))
                 .session(
-                    SessionOffer::new("other", 10, ttl, "other")
-                        .offer(Offer::exact("eip155:84532", "$0.05", PAY_TO)),
+                    SessionOffer::new("other", 10, ttl, "other").offer(Offer::exact(
+                        "eip155:84532",
+                        "$0.05",
+                        PAY_TO,
+                    )),
                 ),
         )
         .session_store(store)
@@ -86,7 +104,12 @@ fn builder(
 
 /// Runs one request through the engine, with a handler answering `status`.
 /// Returns the final status, the response headers, and whether the handler ran.
-async fn call(engine: &Engine, path: &str, headers: &[(&str, &str)], status: StatusCode) -> (StatusCode, HeaderMap, bool) {
+async fn call(
+    engine: &Engine,
+    path: &str,
+    headers: &[(&str, &str)],
+    status: StatusCode,
+) -> (StatusCode, HeaderMap, bool) {
     let mut builder = http::Request::get(path);
     for (k, v) in headers {
         builder = builder.header(*k, *v);
@@ -115,15 +138,24 @@ async fn buy(engine: &Engine) -> (String, HeaderMap) {
     let (status, headers, _) = call(engine, "/session/demo", &[], StatusCode::OK).await;
     assert_eq!(status, 402);
     let required: Value = codec::decode(headers["payment-required"].as_bytes(), 1 << 16).unwrap();
-    assert_eq!(required["accepts"].as_array().unwrap().len(), 1, "session offers are never in accepts");
+    assert_eq!(
+        required["accepts"].as_array().unwrap().len(),
+        1,
+        "session offers are never in accepts"
+    );
     let offer = &required["extensions"]["session"]["info"]["offers"][0];
     assert_eq!(offer["id"], "demo-100");
     assert_eq!(offer["scope"], "demo");
     let session_row = offer["accepts"][0].clone();
     assert_eq!(session_row["amount"], "50000");
     let header = payment::v2_header(&session_row);
-    let (status, headers, ran) =
-        call(engine, "/session/demo", &[("payment-signature", &header)], StatusCode::OK).await;
+    let (status, headers, ran) = call(
+        engine,
+        "/session/demo",
+        &[("payment-signature", &header)],
+        StatusCode::OK,
+    )
+    .await;
     assert_eq!(status, 200);
     assert!(ran);
     let token = headers["x-payment-session"].to_str().unwrap().to_owned();
@@ -137,7 +169,10 @@ fn redis_prefix() -> String {
 
 async fn redis_store_at(prefix: &str) -> RedisSessionStore {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    RedisSessionStore::connect(&url).await.unwrap().prefix(prefix)
+    RedisSessionStore::connect(&url)
+        .await
+        .unwrap()
+        .prefix(prefix)
 }
 
 async fn redis_store() -> RedisSessionStore {
@@ -157,19 +192,36 @@ macro_rules! session_suite {
                 assert_eq!(headers["x-payment-session-remaining"], "2");
                 assert!(headers.contains_key("payment-response"));
                 for left in ["1", "0"] {
-                    let (status, headers, ran) =
-                        call(&e, "/session/demo", &[("x-payment-session", &token)], StatusCode::OK).await;
+                    let (status, headers, ran) = call(
+                        &e,
+                        "/session/demo",
+                        &[("x-payment-session", &token)],
+                        StatusCode::OK,
+                    )
+                    .await;
                     assert_eq!(status, 200);
                     assert!(ran);
                     assert_eq!(headers["x-payment-session-remaining"], left);
-                    assert!(!headers.contains_key("payment-response"), "no settlement per call");
+                    assert!(
+                        !headers.contains_key("payment-response"),
+                        "no settlement per call"
+                    );
                 }
-                let (status, headers, ran) =
-                    call(&e, "/session/demo", &[("x-payment-session", &token)], StatusCode::OK).await;
+                let (status, headers, ran) = call(
+                    &e,
+                    "/session/demo",
+                    &[("x-payment-session", &token)],
+                    StatusCode::OK,
+                )
+                .await;
                 assert_eq!(status, 402);
                 assert!(!ran);
                 assert_eq!(challenge_error(&headers), "session_exhausted");
-                assert_eq!(f.settles.load(Ordering::SeqCst), 1, "one settlement for the whole session");
+                assert_eq!(
+                    f.settles.load(Ordering::SeqCst),
+                    1,
+                    "one settlement for the whole session"
+                );
             }
 
             #[tokio::test]
@@ -177,11 +229,21 @@ macro_rules! session_suite {
                 let f = Arc::new(Counting::default());
                 let e = engine(f, $store, 2, Duration::from_secs(60));
                 let (token, _) = buy(&e).await;
-                let (status, _, ran) =
-                    call(&e, "/session/demo", &[("x-payment-session", &token)], StatusCode::INTERNAL_SERVER_ERROR).await;
+                let (status, _, ran) = call(
+                    &e,
+                    "/session/demo",
+                    &[("x-payment-session", &token)],
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                )
+                .await;
                 assert_eq!((status, ran), (StatusCode::INTERNAL_SERVER_ERROR, true));
-                let (status, headers, _) =
-                    call(&e, "/session/demo", &[("x-payment-session", &token)], StatusCode::OK).await;
+                let (status, headers, _) = call(
+                    &e,
+                    "/session/demo",
+                    &[("x-payment-session", &token)],
+                    StatusCode::OK,
+                )
+                .await;
                 assert_eq!(status, 200);
                 assert_eq!(headers["x-payment-session-remaining"], "0");
             }
@@ -192,8 +254,13 @@ macro_rules! session_suite {
                 let e = engine(f, $store, 10, Duration::from_secs(1));
                 let (token, _) = buy(&e).await;
                 tokio::time::sleep(Duration::from_millis(2100)).await;
-                let (status, headers, ran) =
-                    call(&e, "/session/demo", &[("x-payment-session", &token)], StatusCode::OK).await;
+                let (status, headers, ran) = call(
+                    &e,
+                    "/session/demo",
+                    &[("x-payment-session", &token)],
+                    StatusCode::OK,
+                )
+                .await;
                 assert_eq!((status, ran), (StatusCode::PAYMENT_REQUIRED, false));
                 assert_eq!(challenge_error(&headers), "session_expired");
             }
@@ -203,13 +270,23 @@ macro_rules! session_suite {
                 let f = Arc::new(Counting::default());
                 let e = engine(f, $store, 10, Duration::from_secs(60));
                 let (token, _) = buy(&e).await;
-                let (status, headers, ran) =
-                    call(&e, "/other", &[("x-payment-session", &token)], StatusCode::OK).await;
+                let (status, headers, ran) = call(
+                    &e,
+                    "/other",
+                    &[("x-payment-session", &token)],
+                    StatusCode::OK,
+                )
+                .await;
                 assert_eq!((status, ran), (StatusCode::PAYMENT_REQUIRED, false));
                 assert_eq!(challenge_error(&headers), "session_out_of_scope");
                 // The refused call was not consumed.
-                let (_, headers, _) =
-                    call(&e, "/session/demo", &[("x-payment-session", &token)], StatusCode::OK).await;
+                let (_, headers, _) = call(
+                    &e,
+                    "/session/demo",
+                    &[("x-payment-session", &token)],
+                    StatusCode::OK,
+                )
+                .await;
                 assert_eq!(headers["x-payment-session-remaining"], "8");
             }
 
@@ -219,12 +296,22 @@ macro_rules! session_suite {
                 let e = engine(f.clone(), $store, 10, Duration::from_secs(60));
                 let unknown = payment::random_hex(32)[2..].to_owned();
                 assert_eq!(unknown.len(), 64);
-                let (status, headers, ran) =
-                    call(&e, "/session/demo", &[("x-payment-session", &unknown)], StatusCode::OK).await;
+                let (status, headers, ran) = call(
+                    &e,
+                    "/session/demo",
+                    &[("x-payment-session", &unknown)],
+                    StatusCode::OK,
+                )
+                .await;
                 assert_eq!((status, ran), (StatusCode::PAYMENT_REQUIRED, false));
                 assert_eq!(challenge_error(&headers), "session_unknown");
-                let (status, headers, _) =
-                    call(&e, "/session/demo", &[("x-payment-session", "not-a-token")], StatusCode::OK).await;
+                let (status, headers, _) = call(
+                    &e,
+                    "/session/demo",
+                    &[("x-payment-session", "not-a-token")],
+                    StatusCode::OK,
+                )
+                .await;
                 assert_eq!(status, 402);
                 assert_eq!(challenge_error(&headers), "session_invalid");
                 assert_eq!(f.settles.load(Ordering::SeqCst), 0);
@@ -246,7 +333,12 @@ async fn a_100_call_session_redeems_exactly_100_times_across_3_instances() {
     let mut engines = Vec::new();
     for _ in 0..3 {
         let own = redis_store_at(&prefix).await;
-        engines.push(engine_with_deadline(facilitator.clone(), own, 100, Duration::from_secs(300)));
+        engines.push(engine_with_deadline(
+            facilitator.clone(),
+            own,
+            100,
+            Duration::from_secs(300),
+        ));
     }
     let (token, headers) = buy(&engines[0]).await;
     assert_eq!(headers["x-payment-session-remaining"], "99");
@@ -259,8 +351,13 @@ async fn a_100_call_session_redeems_exactly_100_times_across_3_instances() {
         let token = token.clone();
         let (runs, refused) = (handler_runs.clone(), refused.clone());
         tasks.push(tokio::spawn(async move {
-            let (status, _, ran) =
-                call(&engine, "/session/demo", &[("x-payment-session", &token)], StatusCode::OK).await;
+            let (status, _, ran) = call(
+                &engine,
+                "/session/demo",
+                &[("x-payment-session", &token)],
+                StatusCode::OK,
+            )
+            .await;
             if ran {
                 runs.fetch_add(1, Ordering::SeqCst);
             }
@@ -275,7 +372,11 @@ async fn a_100_call_session_redeems_exactly_100_times_across_3_instances() {
     // The opening call was the first of the 100 sold: 99 more run, and the
     // other 901 of the 1,000 concurrent redemptions get the 402 challenge.
     let runs = handler_runs.load(Ordering::SeqCst);
-    assert_eq!(1 + runs, 100, "handler runs in total, the opening call included");
+    assert_eq!(
+        1 + runs,
+        100,
+        "handler runs in total, the opening call included"
+    );
     assert_eq!(refused.load(Ordering::SeqCst), 1000 - runs);
     assert_eq!(facilitator.settles.load(Ordering::SeqCst), 1);
 }

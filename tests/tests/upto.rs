@@ -1,6 +1,8 @@
 //! `upto` routes charge what the handler reports, never more than the
 //! ceiling, and nothing for zero usage.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::sync::{
     atomic::{AtomicUsize, Ordering},
     Arc, Mutex,
@@ -20,7 +22,9 @@ use x402_core::{
     route::RequestView,
     Completion, Decision, Engine, Offer, Route,
 };
-use x402_tests::{adapters::bind, client, payment, standin::UPTO_FACILITATOR, EventLog, StandIn, PAY_TO};
+use x402_tests::{
+    adapters::bind, client, payment, standin::UPTO_FACILITATOR, EventLog, StandIn, PAY_TO,
+};
 
 /// What a handler should report, set per request by the test.
 #[derive(Clone, Default)]
@@ -79,12 +83,23 @@ impl Setup {
         let report = Report::default();
         let calls = Arc::new(AtomicUsize::new(0));
         let base = serve(&standin, report.clone(), calls.clone()).await;
-        Self { standin, report, calls, base, client: client::client() }
+        Self {
+            standin,
+            report,
+            calls,
+            base,
+            client: client::client(),
+        }
     }
 
     async fn pay(&self, report: ReportKind) -> reqwest::Response {
         *self.report.0.lock().unwrap() = report;
-        let challenge = self.client.get(format!("{}/metered", self.base)).send().await.unwrap();
+        let challenge = self
+            .client
+            .get(format!("{}/metered", self.base))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(challenge.status(), 402);
         let required: Value =
             codec::decode(challenge.headers()["payment-required"].as_bytes(), 1 << 16).unwrap();
@@ -105,7 +120,12 @@ impl Setup {
         self.standin
             .settle_requests()
             .iter()
-            .map(|r| r["paymentRequirements"]["amount"].as_str().unwrap().to_owned())
+            .map(|r| {
+                r["paymentRequirements"]["amount"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
             .collect()
     }
 }
@@ -126,7 +146,10 @@ async fn charges_what_the_meter_reports() {
     assert_eq!(response.text().await.unwrap(), "metered result");
     assert_eq!(s.settled_amounts(), ["740"]);
     // Verification was against the ceiling the buyer authorised.
-    assert_eq!(s.standin.verify_requests()[0]["paymentRequirements"]["amount"], "2000");
+    assert_eq!(
+        s.standin.verify_requests()[0]["paymentRequirements"]["amount"],
+        "2000"
+    );
     assert_eq!(s.calls.load(Ordering::SeqCst), 1);
 }
 
@@ -148,7 +171,11 @@ async fn zero_usage_settles_nothing() {
     assert_eq!(r["success"], true);
     assert_eq!(r["amount"], "0");
     assert_eq!(r["transaction"], "");
-    assert_eq!(s.standin.settle_calls(), 0, "no /settle call for a zero charge");
+    assert_eq!(
+        s.standin.settle_calls(),
+        0,
+        "no /settle call for a zero charge"
+    );
 }
 
 #[tokio::test]
@@ -164,10 +191,16 @@ async fn settlement_overrides_in_every_form_and_never_leaked() {
     ] {
         let response = s.pay(ReportKind::Header(header)).await;
         assert_eq!(response.status(), 200, "{header}");
-        assert!(response.headers().get("settlement-overrides").is_none(), "{header} leaked");
+        assert!(
+            response.headers().get("settlement-overrides").is_none(),
+            "{header} leaked"
+        );
         assert_eq!(receipt(&response)["amount"], expected, "{header}");
     }
-    assert_eq!(s.settled_amounts(), ["1000", "740", "666", "1500", "1000", "2000"]);
+    assert_eq!(
+        s.settled_amounts(),
+        ["1000", "740", "666", "1500", "1000", "2000"]
+    );
 }
 
 #[tokio::test]
@@ -202,7 +235,10 @@ impl Facilitator for Recorder {
         Ok(VerifyResponse::valid(x402_tests::PAYER))
     }
     async fn settle(&self, r: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> {
-        self.0.lock().unwrap().push(r.payment_requirements.amount().to_string());
+        self.0
+            .lock()
+            .unwrap()
+            .push(r.payment_requirements.amount().to_string());
         Ok(SettleResponse {
             success: true,
             transaction: "0x1".into(),

@@ -146,6 +146,11 @@ where
     forward_ready!(service);
 
     fn call(&self, request: ServiceRequest) -> Self::Future {
+        // The inner service is called later, from the future, once the engine
+        // decided. actix-web's `Service::call` takes `&self` and a worker
+        // runs on one thread, so the service is shared through an `Rc`
+        // rather than cloned and swapped as tower requires (the pattern of
+        // actix-session's `SessionMiddleware`).
         let service = Rc::clone(&self.service);
         let engine = self.engine.clone();
         Box::pin(async move { handle(&*service, &engine, request).await })

@@ -4,6 +4,7 @@
 pub mod challenge;
 pub mod claim;
 pub mod codec;
+pub mod discovery;
 pub mod engine;
 pub mod evm;
 pub mod facilitator;
@@ -12,6 +13,7 @@ pub mod hooks;
 #[cfg_attr(docsrs, doc(cfg(feature = "local-facilitator")))]
 pub mod local;
 pub mod meter;
+pub mod metrics;
 pub mod money;
 pub mod network;
 pub mod paywall;
@@ -23,6 +25,8 @@ pub mod svm;
 #[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
 pub mod webhook;
 
-pub use engine::{Completion, Decision, Engine, EngineBuilder, PaidRequest, SessionCall, VerifiedPayment};
+pub use engine::{
+    Completion, Decision, Engine, EngineBuilder, PaidRequest, SessionCall, VerifiedPayment,
+};
 pub use facilitator::Facilitator;
 pub use route::{Asset, Offer, Route};

@@ -84,7 +84,9 @@ impl Meter {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<U256>> {
         // The guarded value is a plain number: a panic elsewhere cannot leave
         // it half-written, so a poisoned lock is still sound to use.
-        self.reported.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.reported
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -121,7 +123,11 @@ pub enum OverrideError {
 /// Reads a `Settlement-Overrides` value into atomic units, for a ceiling and
 /// the asset's decimals. The result may exceed the ceiling (the caller caps
 /// it).
-pub fn parse_override(value: &str, ceiling: AtomicAmount, decimals: u8) -> Result<AtomicAmount, OverrideError> {
+pub fn parse_override(
+    value: &str,
+    ceiling: AtomicAmount,
+    decimals: u8,
+) -> Result<AtomicAmount, OverrideError> {
     let value = value.trim();
     if value.starts_with('{') {
         #[derive(serde::Deserialize)]
@@ -134,7 +140,11 @@ pub fn parse_override(value: &str, ceiling: AtomicAmount, decimals: u8) -> Resul
     parse_amount(value, ceiling, decimals)
 }
 
-fn parse_amount(value: &str, ceiling: AtomicAmount, decimals: u8) -> Result<AtomicAmount, OverrideError> {
+fn parse_amount(
+    value: &str,
+    ceiling: AtomicAmount,
+    decimals: u8,
+) -> Result<AtomicAmount, OverrideError> {
     if let Some(pct) = value.strip_suffix('%') {
         let (int, frac) = pct.split_once('.').unwrap_or((pct, ""));
         let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
@@ -144,7 +154,9 @@ fn parse_amount(value: &str, ceiling: AtomicAmount, decimals: u8) -> Result<Atom
         if frac.len() > 2 {
             return Err(OverrideError::Percentage);
         }
-        let hundredths: u64 = format!("{int}{frac:0<2}").parse().map_err(|_| OverrideError::Malformed)?;
+        let hundredths: u64 = format!("{int}{frac:0<2}")
+            .parse()
+            .map_err(|_| OverrideError::Malformed)?;
         if hundredths > 10_000 {
             return Err(OverrideError::Percentage);
         }
@@ -153,7 +165,10 @@ fn parse_amount(value: &str, ceiling: AtomicAmount, decimals: u8) -> Result<Atom
             .ok_or(OverrideError::Malformed);
     }
     if value.starts_with('$') || value.contains('.') {
-        return match Price::units(value).map_err(OverrideError::Price)?.to_atomic(decimals) {
+        return match Price::units(value)
+            .map_err(OverrideError::Price)?
+            .to_atomic(decimals)
+        {
             Ok(a) => Ok(a),
             Err(PriceError::Zero) => Ok(AtomicAmount::ZERO),
             Err(e) => Err(OverrideError::Price(e)),
@@ -188,7 +203,21 @@ mod tests {
 
     #[test]
     fn refusals() {
-        for bad in ["", "abc", "-1", "1e3", "50", "%", "101%", "33.333%", "$0.0000001", "{}", r#"{"amount":1}"#, "0x10", "NaN"] {
+        for bad in [
+            "",
+            "abc",
+            "-1",
+            "1e3",
+            "50",
+            "%",
+            "101%",
+            "33.333%",
+            "$0.0000001",
+            "{}",
+            r#"{"amount":1}"#,
+            "0x10",
+            "NaN",
+        ] {
             if bad == "50" {
                 continue;
             }

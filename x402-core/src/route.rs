@@ -27,7 +27,7 @@
 //! segment, `*` for one segment in the middle or the rest of the path at the
 //! end, `{*name}` for the rest of the path.
 
-use std::{fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
+use std::{borrow::Cow, fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use http::{HeaderMap, Method, Uri};
 use serde_json::Value;
@@ -417,6 +417,21 @@ impl Route {
         self
     }
 
+    /// Declares the `bazaar` discovery extension (spec §8.1) from a typed
+    /// [`Bazaar`](crate::discovery::Bazaar): `extensions["bazaar"] = {info,
+    /// schema}`, with the route's method. The engine enriches it for each
+    /// request (method, `routeTemplate`, `pathParams`); see
+    /// [`discovery::bazaar`](crate::discovery::bazaar).
+    #[must_use]
+    pub fn bazaar(self, bazaar: crate::discovery::Bazaar) -> Self {
+        let bazaar = match &self.method {
+            Some(m) if bazaar.input.method.is_none() => bazaar.method(m.clone()),
+            _ => bazaar,
+        };
+        let declaration = bazaar.declaration();
+        self.extension(crate::discovery::bazaar::BAZAAR, declaration)
+    }
+
     /// Sells prepaid sessions on this route (v2 only; see
     /// [`session`](crate::session)). All session offers of a route share one
     /// scope, and this route redeems sessions of that scope.
@@ -455,6 +470,18 @@ impl Route {
             }
         }
         self.pattern.as_ref().ok()?.matches(path)
+    }
+
+    /// Whether the route covers a request whose path was already normalised
+    /// with [`normalize_path`] (no allocation).
+    pub(crate) fn covers(&self, method: &Method, segments: &[Cow<'_, str>]) -> bool {
+        if let Some(m) = &self.method {
+            let head_as_get = *m == Method::GET && *method == Method::HEAD;
+            if m != method && !head_as_get {
+                return false;
+            }
+        }
+        self.pattern.as_ref().is_ok_and(|p| p.covers(segments))
     }
 }
 
@@ -552,6 +579,27 @@ impl PathPattern {
         out
     }
 
+    /// Whether normalised segments match, without binding parameters.
+    fn covers(&self, segs: &[Cow<'_, str>]) -> bool {
+        let mut i = 0;
+        for seg in &self.segments {
+            match seg {
+                Segment::Literal(l) => match segs.get(i) {
+                    Some(s) if s.as_ref() == l.as_str() => i += 1,
+                    _ => return false,
+                },
+                Segment::Param(_) => {
+                    if i >= segs.len() {
+                        return false;
+                    }
+                    i += 1;
+                }
+                Segment::Rest(_) => return true,
+            }
+        }
+        i == segs.len()
+    }
+
     /// Matches a request path, returning the bound parameters.
     pub fn matches(&self, path: &str) -> Option<Vec<(String, String)>> {
         let segs = normalize_path(path);
@@ -560,13 +608,13 @@ impl PathPattern {
         for seg in &self.segments {
             match seg {
                 Segment::Literal(l) => {
-                    if segs.get(i)? != l {
+                    if segs.get(i)?.as_ref() != l.as_str() {
                         return None;
                     }
                     i += 1;
                 }
                 Segment::Param(n) => {
-                    params.push((n.clone(), segs.get(i)?.clone()));
+                    params.push((n.clone(), segs.get(i)?.to_string()));
                     i += 1;
                 }
                 Segment::Rest(n) => {
@@ -586,21 +634,35 @@ fn normalize_segment(s: &str) -> String {
 
 /// Splits a request path into normalised segments: percent-decoded,
 /// lower-cased, `\` read as `/`, empty and `.` segments dropped, `..`
-/// resolved.
-pub(crate) fn normalize_path(path: &str) -> Vec<String> {
+/// resolved. A path that needs none of that (the common case) is split
+/// without copying.
+pub(crate) fn normalize_path(path: &str) -> Vec<Cow<'_, str>> {
     let path = path.split(['?', '#']).next().unwrap_or_default();
-    let decoded = percent_decode(path).replace('\\', "/");
-    let mut out: Vec<String> = Vec::new();
-    for seg in decoded.split('/') {
-        match seg {
-            "" | "." => {}
-            ".." => {
-                out.pop();
-            }
-            s => out.push(s.to_lowercase()),
+    let clean = path
+        .bytes()
+        .all(|b| b.is_ascii() && b != b'%' && b != b'\\' && !b.is_ascii_uppercase());
+    let mut out = Vec::new();
+    if clean {
+        for seg in path.split('/') {
+            push_segment(&mut out, Cow::Borrowed(seg));
+        }
+    } else {
+        let decoded = percent_decode(path).replace('\\', "/");
+        for seg in decoded.split('/') {
+            push_segment(&mut out, Cow::Owned(seg.to_lowercase()));
         }
     }
     out
+}
+
+fn push_segment<'a>(out: &mut Vec<Cow<'a, str>>, seg: Cow<'a, str>) {
+    match seg.as_ref() {
+        "" | "." => {}
+        ".." => {
+            out.pop();
+        }
+        _ => out.push(seg),
+    }
 }
 
 fn percent_decode(s: &str) -> String {

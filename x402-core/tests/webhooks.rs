@@ -1,7 +1,12 @@
 //! Signed settlement webhooks: events from real payments through the engine,
 //! delivered to a real HTTP receiver, checked by an independent verifier.
 #![cfg(feature = "webhooks")]
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stderr
+)]
 
 use std::{
     process::Stdio,
@@ -258,14 +263,14 @@ fn spec_signature(whsec: &str, r: &Received) -> String {
     format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()))
 }
 
-/// The reference `standardwebhooks` npm package, when node and
-/// `tests/js/node_modules` are present (`None` otherwise).
+/// The reference `standardwebhooks` npm package (installed by `npm ci` in
+/// tests/js, which the README's test command runs).
 async fn verify_with_node(whsec: &str, r: &Received) -> Option<Value> {
     let js = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/js");
-    if !js.join("node_modules/standardwebhooks").exists() {
-        eprintln!("skipping the npm standardwebhooks check: run `npm ci` in tests/js");
-        return None;
-    }
+    assert!(
+        js.join("node_modules/standardwebhooks").exists(),
+        "the npm standardwebhooks package is missing: run `npm ci` in tests/js (scripts/test-all.sh does)"
+    );
     let mut child = tokio::process::Command::new("node")
         .arg(js.join("verify-webhook.mjs"))
         .current_dir(&js)
@@ -273,7 +278,7 @@ async fn verify_with_node(whsec: &str, r: &Received) -> Option<Value> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .ok()?;
+        .expect("node must be installed to run the standardwebhooks check");
     let input = json!({
         "secret": whsec,
         "headers": {
@@ -511,7 +516,9 @@ async fn verifier_rejects_tampering_and_accepts_rotated_secrets() {
         let mut h = r.headers.clone();
         h.insert(
             "webhook-signature",
-            sign(&[signer.clone()], &id, ts, &r.body).parse().unwrap(),
+            sign(std::slice::from_ref(signer), &id, ts, &r.body)
+                .parse()
+                .unwrap(),
         );
         both.verify(&h, &r.body).unwrap();
     }
@@ -546,7 +553,9 @@ async fn verifier_rejects_tampering_and_accepts_rotated_secrets() {
         h.insert("webhook-timestamp", at.to_string().parse().unwrap());
         h.insert(
             "webhook-signature",
-            sign(&[new.clone()], &id, at, &r.body).parse().unwrap(),
+            sign(std::slice::from_ref(&new), &id, at, &r.body)
+                .parse()
+                .unwrap(),
         );
         assert!(matches!(
             verifier.verify(&h, &r.body),
@@ -618,4 +627,97 @@ async fn hanging_receiver_does_not_slow_the_paid_request() {
     let stopping = Instant::now();
     worker.shutdown(Duration::ZERO).await;
     assert!(stopping.elapsed() < Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn buying_a_session_emits_session_opened_with_the_settlement() {
+    use x402_core::session::SessionOffer;
+
+    let rx = receiver(|_| Reply::Status(204)).await;
+    let secret = WebhookSecret::generate();
+    let whsec = secret.to_whsec();
+    let webhooks = fast(&rx.url, vec![secret], 3);
+    let _worker = webhooks.start();
+    let engine = Engine::builder(Stub(Settle::Ok))
+        .route(
+            Route::get("/report")
+                .offer(Offer::exact("eip155:84532", "$0.01", PAY_TO))
+                .session(
+                    SessionOffer::new("pack-10", 10, Duration::from_secs(3600), "reports")
+                        .offer(Offer::exact("eip155:84532", "$0.05", PAY_TO)),
+                ),
+        )
+        .hooks(webhooks.hooks())
+        .build()
+        .unwrap();
+
+    let (parts, ()) = http::Request::get("http://shop.example.test/report")
+        .body(())
+        .unwrap()
+        .into_parts();
+    let Decision::Respond(challenge) = engine.process(RequestView::from_parts(&parts)).await else {
+        panic!("expected a 402");
+    };
+    let required: Value = codec::decode(
+        challenge.headers()[codec::PAYMENT_REQUIRED].as_bytes(),
+        1 << 16,
+    )
+    .unwrap();
+    let row = required["extensions"]["session"]["info"]["offers"][0]["accepts"][0].clone();
+    let payment = json!({
+        "x402Version": 2,
+        "accepted": row,
+        "payload": {
+            "signature": format!("0x{}", "11".repeat(65)),
+            "authorization": {
+                "from": PAYER, "to": PAY_TO, "value": "50000",
+                "validAfter": "0", "validBefore": (unix_now() + 600).to_string(),
+                "nonce": format!("0x{}", hex_random()),
+            }
+        }
+    });
+    let (parts, ()) = http::Request::get("http://shop.example.test/report")
+        .header(codec::PAYMENT_SIGNATURE, codec::encode(&payment).unwrap())
+        .body(())
+        .unwrap()
+        .into_parts();
+    let Decision::Paid(paid) = engine.process(RequestView::from_parts(&parts)).await else {
+        panic!("expected a verified payment");
+    };
+    let mut headers = HeaderMap::new();
+    assert!(matches!(
+        paid.complete(http::StatusCode::OK, &mut headers).await,
+        Completion::Deliver
+    ));
+    let token = headers["x-payment-session"].to_str().unwrap().to_owned();
+
+    let got = rx.wait_for(2, Duration::from_secs(5)).await;
+    let verifier = WebhookVerifier::from_whsec([whsec.as_str()]).unwrap();
+    let events: Vec<_> = got
+        .iter()
+        .map(|r| verifier.verify(&r.headers, &r.body).unwrap())
+        .collect();
+    let types: Vec<_> = events.iter().map(|e| e.event_type.clone()).collect();
+    assert!(types.contains(&EventType::PaymentSettled), "{types:?}");
+    let opened = events
+        .iter()
+        .find(|e| e.event_type == EventType::SessionOpened)
+        .expect("a session.opened event");
+    assert_eq!(opened.data.transaction, TX);
+    assert_eq!(opened.data.amount.to_string(), "50000");
+    let body: Value = serde_json::from_slice(
+        &got.iter()
+            .find(|r| serde_json::from_slice::<Value>(&r.body).unwrap()["type"] == "session.opened")
+            .unwrap()
+            .body,
+    )
+    .unwrap();
+    assert_eq!(body["data"]["sessionOffer"], "pack-10");
+    assert_eq!(body["data"]["calls"], 10);
+    assert_eq!(body["data"]["remaining"], 9);
+    assert_eq!(body["data"]["scope"], "reports");
+    // The token is never in an event.
+    for r in &got {
+        assert!(!String::from_utf8_lossy(&r.body).contains(&token));
+    }
 }

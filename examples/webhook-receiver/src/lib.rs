@@ -65,7 +65,12 @@ mod tests {
             .header("webhook-timestamp", now.to_string())
             .header(
                 "webhook-signature",
-                sign(&[secret.clone()], "msg_test", now, BODY.as_bytes()),
+                sign(
+                    std::slice::from_ref(secret),
+                    "msg_test",
+                    now,
+                    BODY.as_bytes(),
+                ),
             )
             .body(Body::from(body.to_owned()))
             .unwrap();

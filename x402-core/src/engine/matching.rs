@@ -43,7 +43,10 @@ pub(crate) fn match_v2(
 /// The server's requirement a v1 payment refers to: `(scheme, network)`
 /// equal, among the rows the v1 challenge offers. The facilitator checks the
 /// amount and recipient against the server's row.
-pub(crate) fn match_v1(accepts: &[v2::PaymentRequirements], payment: &v1::PaymentPayload) -> Option<usize> {
+pub(crate) fn match_v1(
+    accepts: &[v2::PaymentRequirements],
+    payment: &v1::PaymentPayload,
+) -> Option<usize> {
     accepts.iter().position(|r| {
         r.scheme == EXACT
             && r.scheme == payment.scheme

@@ -54,6 +54,7 @@ use std::{
 use http::{HeaderMap, HeaderValue, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::OnceCell;
+use tracing::Instrument;
 
 use crate::{
     claim::ReplayGuard,
@@ -83,9 +84,7 @@ mod response;
 
 pub use self::resolve::OfferError;
 use self::resolve::ResolvedOffer;
-pub use self::response::{
-    handler_failed_response, EngineResponse, Refusal, EXPOSE_HEADERS,
-};
+pub use self::response::{handler_failed_response, EngineResponse, Refusal, EXPOSE_HEADERS};
 use self::response::{ChallengeParts, EncodedChallenge};
 
 /// The payment engine. Cheap to clone (an `Arc` inside).
@@ -368,7 +367,10 @@ fn resolve_route(
     supported: Option<&SupportedResponse>,
 ) -> Result<Resolved, ConfigError> {
     let accepts = resolve_all(route, offers, supported)?;
-    let rows = accepts.iter().map(|a| a.requirements.clone()).collect::<Vec<_>>();
+    let rows = accepts
+        .iter()
+        .map(|a| a.requirements.clone())
+        .collect::<Vec<_>>();
     let mut sessions = Vec::with_capacity(route.sessions.len());
     for s in &route.sessions {
         sessions.push(ResolvedSession {
@@ -445,6 +447,26 @@ fn session_extension(sessions: &[ResolvedSession]) -> Value {
             }
         }
     })
+}
+
+/// The route's extensions with its `bazaar` declaration enriched for this
+/// request (spec §8.1): the verb, and on parameterised routes
+/// `routeTemplate` and `pathParams`.
+fn enrich_bazaar(route: &Route, request: &RequestView<'_>, extensions: &JsonObject) -> JsonObject {
+    use crate::discovery::bazaar;
+    let mut out = extensions.clone();
+    if let Some(declaration) = out.get_mut(bazaar::BAZAAR) {
+        let params = route
+            .matches(request.method, request.uri.path())
+            .unwrap_or_default();
+        let template = route
+            .pattern
+            .as_ref()
+            .ok()
+            .map(crate::route::PathPattern::template);
+        *declaration = bazaar::enrich(declaration, request.method, template.as_deref(), &params);
+    }
+    out
 }
 
 /// What to do with a request.
@@ -576,28 +598,92 @@ impl Engine {
         &self.inner.facilitator
     }
 
+    /// A read-only description of every protected route, in matching order,
+    /// for [discovery](crate::discovery). Static offers are resolved as the
+    /// first paid request would resolve them (asking the facilitator's
+    /// `/supported` once if they need it); routes priced per request are
+    /// listed without offers.
+    pub async fn describe(&self) -> Vec<crate::discovery::RouteDescription> {
+        use crate::discovery::{PricingKind, RouteDescription, SessionDescription};
+        let (method, uri, headers) = (
+            http::Method::GET,
+            http::Uri::from_static("/"),
+            HeaderMap::new(),
+        );
+        let mut out = Vec::with_capacity(self.inner.routes.len());
+        for compiled in &self.inner.routes {
+            let route = &compiled.route;
+            let description = match &route.pricing {
+                Pricing::Dynamic(_) => {
+                    RouteDescription::new(route, PricingKind::Dynamic, Vec::new(), Vec::new())
+                }
+                // Static offers do not depend on the request.
+                Pricing::Static(_) => match self
+                    .offers(compiled, &RequestView::new(&method, &uri, &headers))
+                    .await
+                {
+                    Ok(Some(resolved)) => {
+                        let sessions = resolved
+                            .sessions
+                            .iter()
+                            .map(|s| SessionDescription {
+                                id: s.id.clone(),
+                                calls: s.calls,
+                                ttl_seconds: s.ttl.as_secs(),
+                                scope: s.scope.clone(),
+                                accepts: s.accepts.iter().map(|a| a.requirements.clone()).collect(),
+                            })
+                            .collect();
+                        RouteDescription::new(
+                            route,
+                            PricingKind::Static,
+                            resolved.rows.clone(),
+                            sessions,
+                        )
+                    }
+                    _ => RouteDescription::new(
+                        route,
+                        PricingKind::Unavailable,
+                        Vec::new(),
+                        Vec::new(),
+                    ),
+                },
+            };
+            out.push(description);
+        }
+        out
+    }
+
     /// Whether a request falls under a protected route (no I/O).
     pub fn is_protected(&self, request: RequestView<'_>) -> bool {
         self.find_route(&request).is_some()
     }
 
     fn find_route(&self, request: &RequestView<'_>) -> Option<&CompiledRoute> {
-        let path = request.uri.path();
+        let segments = crate::route::normalize_path(request.uri.path());
         self.inner
             .routes
             .iter()
-            .find(|r| r.route.matches(request.method, path).is_some())
+            .find(|r| r.route.covers(request.method, &segments))
     }
 
     async fn supported(&self) -> Result<Arc<SupportedResponse>, FacilitatorError> {
         self.inner
             .supported
-            .get_or_try_init(|| async { self.inner.facilitator.supported().await.map(Arc::new) })
+            .get_or_try_init(|| async {
+                let timer = crate::metrics::FacilitatorTimer::start();
+                let r = self.inner.facilitator.supported().await.map(Arc::new);
+                timer.done("supported");
+                r
+            })
             .await
             .cloned()
     }
 
-    async fn supported_for(&self, offers: &[&Offer]) -> Result<Option<Arc<SupportedResponse>>, Refusal> {
+    async fn supported_for(
+        &self,
+        offers: &[&Offer],
+    ) -> Result<Option<Arc<SupportedResponse>>, Refusal> {
         if !offers.iter().any(|o| resolve::needs_supported(o)) {
             return Ok(None);
         }
@@ -642,7 +728,10 @@ impl Engine {
                 if route.timing == SettlementTiming::BeforeHandler
                     && offers.iter().any(|o| o.scheme == UPTO)
                 {
-                    tracing::error!(route = route.pattern(), "x402: an upto offer cannot settle before the handler");
+                    tracing::error!(
+                        route = route.pattern(),
+                        "x402: an upto offer cannot settle before the handler"
+                    );
                     return Err(Refusal::Internal);
                 }
                 let all: Vec<&Offer> = offers.iter().chain(session_offers).collect();
@@ -697,12 +786,20 @@ impl Engine {
 
         // A prepaid session call needs no payment.
         let mut session_refusal = None;
-        if let (Some(scope), Some(token)) = (resolved.scope(), request.headers.get(X_PAYMENT_SESSION)) {
+        if let (Some(scope), Some(token)) =
+            (resolved.scope(), request.headers.get(X_PAYMENT_SESSION))
+        {
             match self.redeem(compiled, &resolved, scope, token).await {
                 Ok(paid) => return Decision::Paid(paid),
-                Err(Refusal::Unavailable { reason, retry_after }) => {
+                Err(Refusal::Unavailable {
+                    reason,
+                    retry_after,
+                }) => {
                     return Decision::Respond(response::refusal_response(
-                        &Refusal::Unavailable { reason, retry_after },
+                        &Refusal::Unavailable {
+                            reason,
+                            retry_after,
+                        },
                         None,
                         None,
                         None,
@@ -713,8 +810,14 @@ impl Engine {
             }
         }
 
-        if header.is_none() && session_refusal.is_none() {
+        // A bazaar declaration is enriched per request, so it skips the
+        // pre-encoded challenge.
+        let bazaar = resolved
+            .extensions
+            .contains_key(crate::discovery::bazaar::BAZAAR);
+        if header.is_none() && session_refusal.is_none() && !bazaar {
             if let Some((resource, encoded)) = &resolved.fixed {
+                crate::metrics::refusal(route.pattern(), &Refusal::PaymentRequired);
                 if response::is_browser(request.headers) {
                     let parts = self.parts(route, resource, &resolved);
                     return Decision::Respond(response::paywall_response(
@@ -730,8 +833,13 @@ impl Engine {
             Some((resource, _)) => resource.clone(),
             None => resource_for(route, &request),
         };
-        let parts = self.parts(route, &resource, &resolved);
+        let enriched = bazaar.then(|| enrich_bazaar(route, &request, &resolved.extensions));
+        let mut parts = self.parts(route, &resource, &resolved);
+        if let Some(extensions) = &enriched {
+            parts.extensions = extensions;
+        }
         let refuse = |refusal: Refusal, version: Option<X402Version>, payer: Option<&str>| {
+            crate::metrics::refusal(route.pattern(), &refusal);
             Decision::Respond(response::refusal_response(
                 &refusal,
                 Some(&parts),
@@ -744,6 +852,7 @@ impl Engine {
             if let Some(refusal) = session_refusal {
                 return refuse(refusal, None, None);
             }
+            crate::metrics::refusal(route.pattern(), &Refusal::PaymentRequired);
             let Some(encoded) = parts.encode(Refusal::PaymentRequired.reason(), None) else {
                 return Decision::Respond(response::refusal_response(
                     &Refusal::Internal,
@@ -800,10 +909,26 @@ impl Engine {
             network: &network,
         };
 
-        let verdict = match self.verify(&pctx, &request_body).await {
+        let scheme = offer.requirements.scheme.as_str();
+        let span = tracing::info_span!("x402.verify", network = %network, scheme, payer = tracing::field::Empty);
+        let verdict = match self
+            .verify(&pctx, &request_body)
+            .instrument(span.clone())
+            .await
+        {
             Ok(v) => v,
-            Err(refusal) => return refuse(refusal, Some(version), None),
+            Err(refusal) => {
+                crate::metrics::verification(Err(&refusal));
+                return refuse(refusal, Some(version), None);
+            }
         };
+        span.record("payer", verdict.payer.as_deref());
+        crate::metrics::verification(Ok((!verdict.is_valid).then(|| {
+            verdict
+                .invalid_reason
+                .as_deref()
+                .unwrap_or("invalid_payment")
+        })));
         if !verdict.is_valid {
             let reason = verdict
                 .invalid_reason
@@ -816,8 +941,12 @@ impl Engine {
             );
         }
 
+        let claim_span = tracing::info_span!("x402.claim", network = %network, scheme, payer = verdict.payer.as_deref());
         for (i, hook) in self.inner.hooks.iter().enumerate() {
-            let outcome = hook.after_verify(&pctx, &verdict).await;
+            let outcome = hook
+                .after_verify(&pctx, &verdict)
+                .instrument(claim_span.clone())
+                .await;
             let refusal = match outcome {
                 Ok(AfterVerify::Continue) => continue,
                 Ok(AfterVerify::Abort { reason }) => Refusal::Aborted(reason),
@@ -851,7 +980,11 @@ impl Engine {
             meter: meter.clone(),
             session: None,
         };
-        let timing = if upto { SettlementTiming::AfterHandler } else { route.timing };
+        let timing = if upto {
+            SettlementTiming::AfterHandler
+        } else {
+            route.timing
+        };
         let decimals = offer.decimals;
         let session = matched.session;
         Decision::Paid(Box::new(PaidRequest {
@@ -865,6 +998,7 @@ impl Engine {
                 timing,
                 resource,
                 resolved: resolved.clone(),
+                extensions: enriched,
                 decimals,
                 meter,
                 session,
@@ -887,9 +1021,16 @@ impl Engine {
         let (scope_owned, now) = (scope.to_owned(), unix_now());
         let mut task = tokio::spawn(async move { store.redeem(&hash, &scope_owned, now).await });
         let remaining = match tokio::time::timeout(self.inner.session_deadline, &mut task).await {
-            Ok(Ok(Ok(Redemption::Redeemed { remaining }))) => remaining,
-            Ok(Ok(Ok(Redemption::Unknown))) => return Err(Refusal::Invalid("session_unknown".into())),
-            Ok(Ok(Ok(Redemption::Expired))) => return Err(Refusal::Invalid("session_expired".into())),
+            Ok(Ok(Ok(Redemption::Redeemed { remaining }))) => {
+                crate::metrics::session_redeemed();
+                remaining
+            }
+            Ok(Ok(Ok(Redemption::Unknown))) => {
+                return Err(Refusal::Invalid("session_unknown".into()))
+            }
+            Ok(Ok(Ok(Redemption::Expired))) => {
+                return Err(Refusal::Invalid("session_expired".into()))
+            }
             Ok(Ok(Ok(Redemption::Exhausted))) => {
                 return Err(Refusal::Invalid("session_exhausted".into()))
             }
@@ -946,7 +1087,10 @@ impl Engine {
             route_index: self.route_index(compiled),
             payment,
             finished: false,
-            kind: Kind::Session { token: hash, remaining },
+            kind: Kind::Session {
+                token: hash,
+                remaining,
+            },
         }))
     }
 
@@ -992,7 +1136,10 @@ impl Engine {
                 }
             }
         }
-        match self.inner.facilitator.verify(request).await {
+        let timer = crate::metrics::FacilitatorTimer::start();
+        let answer = self.inner.facilitator.verify(request).await;
+        timer.done("verify");
+        match answer {
             Ok(v) => Ok(v),
             Err(error) => {
                 for hook in &self.inner.hooks {
@@ -1020,7 +1167,10 @@ fn find_match<'a>(resolved: &'a Resolved, payload: &PaymentPayload) -> Option<Ma
     match payload {
         PaymentPayload::V2(p) => {
             if let Some(i) = matching::match_v2(&resolved.rows, &p.accepted) {
-                return resolved.accepts.get(i).map(|offer| Matched { offer, session: None });
+                return resolved.accepts.get(i).map(|offer| Matched {
+                    offer,
+                    session: None,
+                });
             }
             resolved.sessions.iter().enumerate().find_map(|(si, s)| {
                 let rows: Vec<v2::PaymentRequirements> =
@@ -1034,7 +1184,10 @@ fn find_match<'a>(resolved: &'a Resolved, payload: &PaymentPayload) -> Option<Ma
         }
         PaymentPayload::V1(p) => {
             let i = matching::match_v1(&resolved.rows, p)?;
-            resolved.accepts.get(i).map(|offer| Matched { offer, session: None })
+            resolved.accepts.get(i).map(|offer| Matched {
+                offer,
+                session: None,
+            })
         }
     }
 }
@@ -1088,6 +1241,8 @@ struct PaymentState {
     timing: SettlementTiming,
     resource: v2::ResourceInfo,
     resolved: Arc<Resolved>,
+    /// The route's extensions enriched for this request (bazaar routes).
+    extensions: Option<JsonObject>,
     decimals: u8,
     meter: Option<Meter>,
     session: Option<usize>,
@@ -1144,7 +1299,11 @@ impl PaidRequest {
 
     fn context<'a>(&'a self, state: &'a PaymentState) -> PaymentContext<'a> {
         PaymentContext {
-            route: self.engine.route_at(self.route_index).map(Route::pattern).unwrap_or_default(),
+            route: self
+                .engine
+                .route_at(self.route_index)
+                .map(Route::pattern)
+                .unwrap_or_default(),
             payload: &state.request.payment_payload,
             requirements: &state.request.payment_requirements,
             network: &state.network,
@@ -1152,10 +1311,15 @@ impl PaidRequest {
     }
 
     fn refusal(&self, state: &PaymentState, refusal: &Refusal) -> EngineResponse {
-        let parts = self
-            .engine
-            .route_at(self.route_index)
-            .map(|route| self.engine.parts(route, &state.resource, &state.resolved));
+        let route = self.engine.route_at(self.route_index);
+        crate::metrics::refusal(route.map(Route::pattern).unwrap_or_default(), refusal);
+        let parts = route.map(|route| {
+            let mut parts = self.engine.parts(route, &state.resource, &state.resolved);
+            if let Some(extensions) = &state.extensions {
+                parts.extensions = extensions;
+            }
+            parts
+        });
         response::refusal_response(
             refusal,
             parts.as_ref(),
@@ -1217,14 +1381,18 @@ impl PaidRequest {
 
     /// The `upto` charge: the override header, else the meter, else the
     /// ceiling; capped at the ceiling. `Err` for a malformed override.
-    fn charge(&self, state: &PaymentState, meter: &Meter, overrides: Option<&HeaderValue>) -> Result<AtomicAmount, ()> {
+    fn charge(
+        &self,
+        state: &PaymentState,
+        meter: &Meter,
+        overrides: Option<&HeaderValue>,
+    ) -> Result<AtomicAmount, ()> {
         let ceiling = meter.ceiling();
         let reported = match overrides {
             Some(value) => {
-                let parsed = value
-                    .to_str()
-                    .map_err(|_| ())
-                    .and_then(|v| meter::parse_override(v, ceiling, state.decimals).map_err(|_| ()));
+                let parsed = value.to_str().map_err(|_| ()).and_then(|v| {
+                    meter::parse_override(v, ceiling, state.decimals).map_err(|_| ())
+                });
                 match parsed {
                     Ok(a) => a,
                     Err(()) => {
@@ -1262,7 +1430,9 @@ impl PaidRequest {
     pub async fn settle(mut self) -> Result<Settled, EngineResponse> {
         if let Kind::Session { .. } = self.kind {
             self.finished = true;
-            return Ok(Settled { headers: HeaderMap::new() });
+            return Ok(Settled {
+                headers: HeaderMap::new(),
+            });
         }
         self.settle_inner(None)
             .await
@@ -1292,7 +1462,10 @@ impl PaidRequest {
         }
     }
 
-    async fn settle_inner(&mut self, charge: Option<AtomicAmount>) -> Result<HeaderMap, EngineResponse> {
+    async fn settle_inner(
+        &mut self,
+        charge: Option<AtomicAmount>,
+    ) -> Result<HeaderMap, EngineResponse> {
         // From here on the payment is never released: a settlement attempt
         // may have moved money.
         self.finished = true;
@@ -1301,7 +1474,8 @@ impl PaidRequest {
         };
         let mut settle_request = state.request.clone();
         if let Some(charge) = charge {
-            settle_request.payment_requirements = settle_request.payment_requirements.with_amount(charge);
+            settle_request.payment_requirements =
+                settle_request.payment_requirements.with_amount(charge);
         }
         let ctx = PaymentContext {
             requirements: &settle_request.payment_requirements,
@@ -1316,13 +1490,17 @@ impl PaidRequest {
             match hook.before_settle(&ctx).await {
                 Ok(BeforeSettle::Continue) => {}
                 Ok(BeforeSettle::Abort { reason }) => {
-                    return Err(self.refusal(state, &Refusal::SettlementFailed(Box::new(failure(reason)))));
+                    return Err(
+                        self.refusal(state, &Refusal::SettlementFailed(Box::new(failure(reason))))
+                    );
                 }
                 Err(e) => {
                     log_hook_error(&e);
                     return Err(self.refusal(
                         state,
-                        &Refusal::SettlementFailed(Box::new(failure("before_settle_hook_error".into()))),
+                        &Refusal::SettlementFailed(Box::new(failure(
+                            "before_settle_hook_error".into(),
+                        ))),
                     ));
                 }
             }
@@ -1337,7 +1515,22 @@ impl PaidRequest {
                 ..SettleResponse::default()
             })
         } else {
-            match self.engine.inner.facilitator.settle(&settle_request).await {
+            let span = tracing::info_span!(
+                "x402.settle",
+                network = %state.network,
+                scheme = %settle_request.payment_requirements.scheme(),
+                payer = self.payment.payer.as_deref(),
+            );
+            let timer = crate::metrics::FacilitatorTimer::start();
+            let answer = self
+                .engine
+                .inner
+                .facilitator
+                .settle(&settle_request)
+                .instrument(span)
+                .await;
+            timer.done("settle");
+            match answer {
                 Ok(r) => Ok(r),
                 Err(error) => {
                     let mut recovered = None;
@@ -1354,6 +1547,12 @@ impl PaidRequest {
         let mut receipt = match result {
             Ok(r) => r,
             Err(error) => {
+                crate::metrics::settlement(
+                    None,
+                    &state.network,
+                    &self.payment.asset,
+                    AtomicAmount::ZERO,
+                );
                 tracing::error!(
                     error = %error,
                     network = %state.network,
@@ -1372,6 +1571,12 @@ impl PaidRequest {
         if receipt.success && receipt.amount.is_none() && charge.is_some() {
             receipt.amount = charge;
         }
+        crate::metrics::settlement(
+            Some(&receipt),
+            &state.network,
+            &self.payment.asset,
+            settle_request.payment_requirements.amount(),
+        );
         for hook in hooks {
             hook.after_settle(&ctx, &receipt).await;
         }
@@ -1410,18 +1615,23 @@ impl PaidRequest {
             expires_at,
         };
         let opened = tokio::time::timeout(
-            self.engine.inner.session_deadline.max(Duration::from_secs(2)),
+            self.engine
+                .inner
+                .session_deadline
+                .max(Duration::from_secs(2)),
             self.engine.inner.sessions.open(&token.hash(), record),
         )
         .await;
         match opened {
-            Ok(Ok(())) => {}
+            Ok(Ok(())) => crate::metrics::session_opened(),
             Ok(Err(e)) => {
                 tracing::error!(error = %e, "x402: a paid session could not be stored; the buyer got this call only");
                 return;
             }
             Err(_) => {
-                tracing::error!("x402: storing a paid session timed out; the buyer got this call only");
+                tracing::error!(
+                    "x402: storing a paid session timed out; the buyer got this call only"
+                );
                 return;
             }
         }

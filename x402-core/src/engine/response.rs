@@ -278,5 +278,8 @@ pub fn handler_failed_response() -> EngineResponse {
 /// The response when an `upto` handler's `Settlement-Overrides` cannot be
 /// read: 500, opaque, nothing charged (never the whole ceiling by guess).
 pub(crate) fn invalid_override_response() -> EngineResponse {
-    json_error(StatusCode::INTERNAL_SERVER_ERROR, "invalid_settlement_override")
+    json_error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "invalid_settlement_override",
+    )
 }

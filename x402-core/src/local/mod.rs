@@ -62,6 +62,7 @@ use async_trait::async_trait;
 use crate::{
     evm::{eip3009_domain, EvmPayload, ExactEvmPayload, SignatureError},
     facilitator::{Facilitator, FacilitatorError, OtherError},
+    money::AtomicAmount,
     network,
     proto::{
         FacilitatorRequest, SettleResponse, SupportedKind, SupportedResponse, VerifyResponse,
@@ -72,11 +73,14 @@ use crate::{
 #[cfg(feature = "chain")]
 mod chain;
 mod dev;
+mod permit2;
 
 #[cfg(feature = "chain")]
 #[cfg_attr(docsrs, doc(cfg(feature = "chain")))]
 pub use self::chain::{ChainLedger, ChainLedgerError};
 pub use self::dev::{DevLedger, DevLedgerError, DEV_LEDGER_SIGNER};
+use self::permit2::CheckedPermit2;
+pub use self::permit2::Permit2Transfer;
 
 /// The reason codes this facilitator answers with (`invalidReason` /
 /// `errorReason`).
@@ -116,6 +120,51 @@ pub mod reason {
     /// The settlement transaction reverted, the node refused it, or it did
     /// not move the tokens.
     pub const TRANSACTION_FAILED: &str = "invalid_exact_evm_transaction_failed";
+
+    /// `upto`: a scheme other than `upto` on either side, or protocol v1.
+    pub const UPTO_SCHEME: &str = "invalid_upto_evm_scheme";
+    /// `upto`: the payment names another network than the requirement.
+    pub const UPTO_NETWORK_MISMATCH: &str = "invalid_upto_evm_network_mismatch";
+    /// `upto`: the payload is not a Permit2 payload with an `upto` witness
+    /// (one naming a facilitator).
+    pub const UPTO_PAYLOAD: &str = "invalid_upto_evm_payload";
+    /// `upto`: `witness.facilitator` is not this facilitator's signer.
+    pub const UPTO_FACILITATOR_MISMATCH: &str = "upto_facilitator_mismatch";
+    /// `upto`: a ledger was asked to move more than the permitted amount.
+    pub const UPTO_AMOUNT_EXCEEDS_PERMITTED: &str = "upto_amount_exceeds_permitted";
+    /// `upto`: the charge to settle is above `permitted.amount`.
+    pub const UPTO_SETTLEMENT_EXCEEDS_AMOUNT: &str =
+        "invalid_upto_evm_payload_settlement_exceeds_amount";
+    /// `upto`: the settlement transaction reverted or moved nothing.
+    pub const UPTO_TRANSACTION_FAILED: &str = "invalid_upto_evm_transaction_failed";
+
+    /// Permit2: `spender` is not the scheme's x402 proxy.
+    pub const PERMIT2_SPENDER: &str = "invalid_permit2_spender";
+    /// Permit2: `witness.to` is not the requirement's `payTo`.
+    pub const PERMIT2_RECIPIENT_MISMATCH: &str = "invalid_permit2_recipient_mismatch";
+    /// Permit2: `deadline` has passed, or falls within the margin.
+    pub const PERMIT2_DEADLINE_EXPIRED: &str = "permit2_deadline_expired";
+    /// Permit2: `witness.validAfter` is in the future.
+    pub const PERMIT2_NOT_YET_VALID: &str = "permit2_not_yet_valid";
+    /// Permit2: `permitted.amount` is not the required amount (the price for
+    /// `exact`, the ceiling for `upto`).
+    pub const PERMIT2_AMOUNT_MISMATCH: &str = "permit2_amount_mismatch";
+    /// Permit2: `permitted.token` is not the requirement's `asset`.
+    pub const PERMIT2_TOKEN_MISMATCH: &str = "permit2_token_mismatch";
+    /// Permit2: the signature does not recover `from` over the
+    /// `PermitWitnessTransferFrom` digest in Permit2's domain.
+    pub const PERMIT2_SIGNATURE: &str = "invalid_permit2_signature";
+    /// Permit2: the payer's balance is below the amount.
+    pub const PERMIT2_INSUFFICIENT_BALANCE: &str = "permit2_insufficient_balance";
+    /// Permit2: the owner has already used this nonce.
+    pub const PERMIT2_INVALID_NONCE: &str = "permit2_invalid_nonce";
+    /// Permit2: a ledger was asked to move another amount than an `exact`
+    /// permit allows.
+    pub const PERMIT2_INVALID_AMOUNT: &str = "permit2_invalid_amount";
+    /// Permit2: the payer has not approved Permit2 for the amount on the token.
+    pub const PERMIT2_ALLOWANCE_REQUIRED: &str = "permit2_allowance_required";
+    /// Permit2: simulating the settlement on the chain failed.
+    pub const PERMIT2_SIMULATION_FAILED: &str = "permit2_simulation_failed";
 }
 
 /// The default margin before `validBefore`: an authorization must stay valid
@@ -262,6 +311,9 @@ pub enum LedgerError {
         /// Why.
         why: String,
     },
+    /// The ledger cannot settle this kind of transfer (e.g. Permit2).
+    #[error("the ledger does not settle {0} transfers")]
+    Unsupported(&'static str),
     /// The node or backing store failed.
     #[error("ledger backend error")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -294,6 +346,47 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
 
     /// Moves the tokens.
     async fn transfer(&self, transfer: &Transfer<'_>) -> Result<TransferOutcome, LedgerError>;
+
+    /// Whether the ledger settles Permit2 witness transfers (the `upto`
+    /// scheme, and `exact` with `assetTransferMethod: "permit2"`). The
+    /// facilitator lists `upto` in `/supported`, and accepts Permit2
+    /// payloads, only when it does. The default is `false`.
+    fn supports_permit2(&self) -> bool {
+        false
+    }
+
+    /// The Permit2 nonce's state for the owner and the owner's balance of
+    /// the token. Called only when [`supports_permit2`](Ledger::supports_permit2)
+    /// is `true`; the default answers [`LedgerError::Unsupported`].
+    async fn permit2_state(
+        &self,
+        transfer: &Permit2Transfer<'_>,
+    ) -> Result<LedgerState, LedgerError> {
+        let _ = transfer;
+        Err(LedgerError::Unsupported("Permit2"))
+    }
+
+    /// Dry-runs a Permit2 transfer, as [`simulate`](Ledger::simulate) does
+    /// for EIP-3009. The default simulates nothing.
+    async fn permit2_simulate(
+        &self,
+        transfer: &Permit2Transfer<'_>,
+    ) -> Result<Option<String>, LedgerError> {
+        let _ = transfer;
+        Ok(None)
+    }
+
+    /// Moves [`Permit2Transfer::amount`] of the permitted token from the
+    /// owner to `witness.to` and spends the owner's Permit2 nonce. Atomic per
+    /// `(owner, nonce)`: of concurrent transfers, at most one succeeds. The
+    /// default answers [`LedgerError::Unsupported`].
+    async fn permit2_transfer(
+        &self,
+        transfer: &Permit2Transfer<'_>,
+    ) -> Result<TransferOutcome, LedgerError> {
+        let _ = transfer;
+        Err(LedgerError::Unsupported("Permit2"))
+    }
 }
 
 #[async_trait]
@@ -316,6 +409,31 @@ impl<L: Ledger + ?Sized> Ledger for Arc<L> {
 
     async fn transfer(&self, transfer: &Transfer<'_>) -> Result<TransferOutcome, LedgerError> {
         (**self).transfer(transfer).await
+    }
+
+    fn supports_permit2(&self) -> bool {
+        (**self).supports_permit2()
+    }
+
+    async fn permit2_state(
+        &self,
+        transfer: &Permit2Transfer<'_>,
+    ) -> Result<LedgerState, LedgerError> {
+        (**self).permit2_state(transfer).await
+    }
+
+    async fn permit2_simulate(
+        &self,
+        transfer: &Permit2Transfer<'_>,
+    ) -> Result<Option<String>, LedgerError> {
+        (**self).permit2_simulate(transfer).await
+    }
+
+    async fn permit2_transfer(
+        &self,
+        transfer: &Permit2Transfer<'_>,
+    ) -> Result<TransferOutcome, LedgerError> {
+        (**self).permit2_transfer(transfer).await
     }
 }
 
@@ -454,15 +572,38 @@ impl fmt::Debug for LocalFacilitator {
     }
 }
 
+/// Which facilitator call a check runs for: the amount of an `upto`
+/// requirement is the ceiling at `verify` and the charge at `settle`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Verify,
+    Settle,
+}
+
 /// A payment that passed every check, with what settling it needs.
-struct Checked {
+enum Checked {
+    Eip3009(CheckedEip3009),
+    Permit2(CheckedPermit2),
+}
+
+impl Checked {
+    fn payer(&self) -> Address {
+        match self {
+            Self::Eip3009(c) => c.payload.authorization.from,
+            Self::Permit2(c) => c.payload.permit2_authorization.from,
+        }
+    }
+}
+
+/// An EIP-3009 payment that passed every check.
+struct CheckedEip3009 {
     network: String,
     chain_id: u64,
     asset: Address,
     payload: ExactEvmPayload,
 }
 
-impl Checked {
+impl CheckedEip3009 {
     fn transfer(&self) -> Transfer<'_> {
         Transfer {
             network: &self.network,
@@ -514,10 +655,19 @@ impl LocalFacilitator {
     }
 
     /// Every check but the ledger's.
-    fn check_offline(&self, request: &FacilitatorRequest) -> Result<Checked, Refusal> {
+    fn check_offline(
+        &self,
+        request: &FacilitatorRequest,
+        phase: Phase,
+    ) -> Result<Checked, Refusal> {
         let payment = &request.payment_payload;
         let requirements = &request.payment_requirements;
 
+        if requirements.scheme() == permit2::UPTO {
+            return self
+                .check_upto_offline(request, phase)
+                .map(Checked::Permit2);
+        }
         if payment.scheme() != "exact" || requirements.scheme() != "exact" {
             return Err(refuse(
                 reason::SCHEME,
@@ -529,26 +679,20 @@ impl LocalFacilitator {
                 None,
             ));
         }
-        if payment.network() != requirements.network() {
-            return Err(refuse(
-                reason::NETWORK_MISMATCH,
-                "the payment names another network than the requirement",
-                None,
-            ));
-        }
-        let (network, chain_id) = caip2_of(requirements.network())
-            .and_then(|caip2| self.networks.get_key_value(&caip2))
-            .map(|(n, id)| (n.clone(), *id))
-            .ok_or_else(|| {
-                refuse(
-                    reason::UNSUPPORTED_NETWORK,
-                    format!(
-                        "network {:?} is not served by this facilitator",
-                        short(requirements.network())
-                    ),
-                    None,
+        let (network, chain_id) = self.served_network(request, reason::NETWORK_MISMATCH)?;
+
+        let parsed = EvmPayload::from_value(payment.payload());
+        if let Ok(EvmPayload::Permit2(payload)) = parsed {
+            return self
+                .check_permit2_offline(
+                    request,
+                    permit2::Permit2Kind::Exact,
+                    payload,
+                    (network, chain_id),
+                    phase,
                 )
-            })?;
+                .map(Checked::Permit2);
+        }
 
         let extra = requirements.extra();
         let (Some(name), Some(version)) = (
@@ -572,7 +716,7 @@ impl LocalFacilitator {
             ));
         };
 
-        let payload = match EvmPayload::from_value(payment.payload()) {
+        let payload = match parsed {
             Ok(EvmPayload::Eip3009(p)) => p,
             Ok(_) => {
                 return Err(refuse(
@@ -638,24 +782,71 @@ impl LocalFacilitator {
                 payer,
             ));
         }
-        Ok(Checked {
+        Ok(Checked::Eip3009(CheckedEip3009 {
             network,
             chain_id,
             asset,
             payload,
-        })
+        }))
     }
 
-    /// Every check, the ledger's included; with `simulate`, a dry run too.
+    /// The requirement's network as `(CAIP-2 id, chain id)`, after checking
+    /// that the payment names the same one (else `mismatch`) and that this
+    /// facilitator serves it.
+    fn served_network(
+        &self,
+        request: &FacilitatorRequest,
+        mismatch: &'static str,
+    ) -> Result<(String, u64), Refusal> {
+        let requirements = &request.payment_requirements;
+        if request.payment_payload.network() != requirements.network() {
+            return Err(refuse(
+                mismatch,
+                "the payment names another network than the requirement",
+                None,
+            ));
+        }
+        caip2_of(requirements.network())
+            .and_then(|caip2| self.networks.get_key_value(&caip2))
+            .map(|(n, id)| (n.clone(), *id))
+            .ok_or_else(|| {
+                refuse(
+                    reason::UNSUPPORTED_NETWORK,
+                    format!(
+                        "network {:?} is not served by this facilitator",
+                        short(requirements.network())
+                    ),
+                    None,
+                )
+            })
+    }
+
+    /// Every check, the ledger's included; at `verify`, a dry run too.
     async fn check(
         &self,
         request: &FacilitatorRequest,
-        simulate: bool,
+        phase: Phase,
     ) -> Result<Result<Checked, Refusal>, FacilitatorError> {
-        let checked = match self.check_offline(request) {
+        let checked = match self.check_offline(request, phase) {
             Ok(c) => c,
             Err(r) => return Ok(Err(r)),
         };
+        let refusal = match &checked {
+            Checked::Eip3009(c) => self.check_eip3009_ledger(c, phase).await?,
+            Checked::Permit2(c) => self.check_permit2_ledger(c, phase).await?,
+        };
+        Ok(match refusal {
+            Some(r) => Err(r),
+            None => Ok(checked),
+        })
+    }
+
+    /// The ledger's checks of an EIP-3009 payment: `Some` refusal, or `None`.
+    async fn check_eip3009_ledger(
+        &self,
+        checked: &CheckedEip3009,
+        phase: Phase,
+    ) -> Result<Option<Refusal>, FacilitatorError> {
         let state = self
             .ledger
             .state(&checked.transfer())
@@ -663,30 +854,30 @@ impl LocalFacilitator {
             .map_err(ledger_error)?;
         let payer = Some(checked.payload.authorization.from);
         if state.nonce_used {
-            return Ok(Err(refuse(
+            return Ok(Some(refuse(
                 reason::NONCE_USED,
                 "the token has already used this authorization's nonce",
                 payer,
             )));
         }
         if state.balance < checked.payload.authorization.value.get() {
-            return Ok(Err(refuse(
+            return Ok(Some(refuse(
                 reason::INSUFFICIENT_BALANCE,
                 "the payer's balance is below the value",
                 payer,
             )));
         }
-        if simulate {
+        if phase == Phase::Verify {
             if let Some(message) = self
                 .ledger
                 .simulate(&checked.transfer())
                 .await
                 .map_err(ledger_error)?
             {
-                return Ok(Err(refuse(reason::SIMULATION_FAILED, message, payer)));
+                return Ok(Some(refuse(reason::SIMULATION_FAILED, message, payer)));
             }
         }
-        Ok(Ok(checked))
+        Ok(None)
     }
 }
 
@@ -704,10 +895,8 @@ impl Facilitator for LocalFacilitator {
         &self,
         request: &FacilitatorRequest,
     ) -> Result<VerifyResponse, FacilitatorError> {
-        Ok(match self.check(request, true).await? {
-            Ok(checked) => {
-                VerifyResponse::valid(checked.payload.authorization.from.to_checksum(None))
-            }
+        Ok(match self.check(request, Phase::Verify).await? {
+            Ok(checked) => VerifyResponse::valid(checked.payer().to_checksum(None)),
             Err(r) => VerifyResponse {
                 invalid_message: Some(r.message),
                 ..VerifyResponse::invalid(r.reason, r.payer)
@@ -721,7 +910,7 @@ impl Facilitator for LocalFacilitator {
     ) -> Result<SettleResponse, FacilitatorError> {
         let network = request.payment_requirements.network().to_owned();
         // No separate dry run: a chain ledger's gas estimation is one.
-        let checked = match self.check(request, false).await? {
+        let checked = match self.check(request, Phase::Settle).await? {
             Ok(c) => c,
             Err(r) => {
                 return Ok(SettleResponse {
@@ -731,19 +920,41 @@ impl Facilitator for LocalFacilitator {
                 })
             }
         };
-        let payer = checked.payload.authorization.from.to_checksum(None);
-        let outcome = self
-            .ledger
-            .transfer(&checked.transfer())
-            .await
-            .map_err(ledger_error)?;
+        let payer = checked.payer().to_checksum(None);
+        let (outcome, amount) = match &checked {
+            Checked::Eip3009(c) => (
+                self.ledger
+                    .transfer(&c.transfer())
+                    .await
+                    .map_err(ledger_error)?,
+                c.payload.authorization.value,
+            ),
+            Checked::Permit2(c) if c.amount.is_zero() => {
+                // A zero `upto` charge moves nothing and sends nothing.
+                return Ok(SettleResponse {
+                    success: true,
+                    payer: Some(payer),
+                    transaction: String::new(),
+                    network,
+                    amount: Some(AtomicAmount::ZERO),
+                    ..SettleResponse::default()
+                });
+            }
+            Checked::Permit2(c) => (
+                self.ledger
+                    .permit2_transfer(&c.transfer())
+                    .await
+                    .map_err(ledger_error)?,
+                AtomicAmount::from(c.amount),
+            ),
+        };
         Ok(match outcome {
             TransferOutcome::Settled { transaction } => SettleResponse {
                 success: true,
                 payer: Some(payer),
                 transaction,
                 network,
-                amount: Some(checked.payload.authorization.value),
+                amount: Some(amount),
                 ..SettleResponse::default()
             },
             TransferOutcome::Refused {
@@ -774,6 +985,21 @@ impl Facilitator for LocalFacilitator {
                     scheme: "exact".to_owned(),
                     network: v1.to_owned(),
                     extra: None,
+                });
+            }
+        }
+        if self.ledger.supports_permit2() {
+            let mut extra = crate::proto::JsonObject::new();
+            extra.insert(
+                "facilitatorAddress".to_owned(),
+                serde_json::Value::String(self.ledger.signer().to_checksum(None)),
+            );
+            for caip2 in self.networks.keys() {
+                kinds.push(SupportedKind {
+                    x402_version: X402Version::V2,
+                    scheme: permit2::UPTO.to_owned(),
+                    network: caip2.clone(),
+                    extra: Some(extra.clone()),
                 });
             }
         }

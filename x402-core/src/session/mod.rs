@@ -50,7 +50,8 @@ impl SessionToken {
     /// Reads a token sent by a buyer; `None` unless it is 64 hex digits.
     pub fn parse(s: &str) -> Option<Self> {
         let s = s.trim();
-        (s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())).then(|| Self(s.to_ascii_lowercase()))
+        (s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| Self(s.to_ascii_lowercase()))
     }
 
     /// The token as sent to the buyer.
@@ -132,11 +133,17 @@ pub enum Redemption {
 #[async_trait]
 pub trait SessionStore: Send + Sync + 'static {
     /// Stores a new session under its token's hash.
-    async fn open(&self, token: &TokenHash, record: SessionRecord) -> Result<(), SessionStoreError>;
+    async fn open(&self, token: &TokenHash, record: SessionRecord)
+        -> Result<(), SessionStoreError>;
 
     /// Redeems one call if the session exists, has not expired (`now` in unix
     /// seconds), has calls left and was sold for `scope`.
-    async fn redeem(&self, token: &TokenHash, scope: &str, now: u64) -> Result<Redemption, SessionStoreError>;
+    async fn redeem(
+        &self,
+        token: &TokenHash,
+        scope: &str,
+        now: u64,
+    ) -> Result<Redemption, SessionStoreError>;
 
     /// Gives one call back (its handler failed). Never raises the count above
     /// what was sold; a session that expired meanwhile stays expired.
@@ -217,7 +224,10 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(a.expose().len(), 64);
         assert_eq!(SessionToken::parse(a.expose()), Some(a.clone()));
-        assert_eq!(SessionToken::parse(&a.expose().to_uppercase()), Some(a.clone()));
+        assert_eq!(
+            SessionToken::parse(&a.expose().to_uppercase()),
+            Some(a.clone())
+        );
         assert!(SessionToken::parse("abc").is_none());
         assert!(SessionToken::parse(&"g".repeat(64)).is_none());
         assert!(!format!("{a:?}").contains(a.expose()));

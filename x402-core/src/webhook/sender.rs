@@ -14,7 +14,7 @@ use super::{
 };
 use crate::{
     facilitator::FacilitatorError,
-    hooks::{PaymentContext, PaymentHooks},
+    hooks::{PaymentContext, PaymentHooks, SessionOpened},
     proto::SettleResponse,
 };
 
@@ -555,5 +555,25 @@ impl PaymentHooks for WebhookHooks {
         self.emit(WebhookEvent::new(EventType::PaymentSettlementUnknown, data))
             .await;
         None
+    }
+
+    async fn on_session_opened(
+        &self,
+        ctx: &PaymentContext<'_>,
+        receipt: &SettleResponse,
+        session: &SessionOpened,
+    ) {
+        let mut data = EventData::from_context(ctx, Some(receipt));
+        data.extra
+            .insert("sessionOffer".into(), session.offer_id.clone().into());
+        data.extra.insert("calls".into(), session.calls.into());
+        data.extra
+            .insert("remaining".into(), session.remaining.into());
+        data.extra
+            .insert("expiresAt".into(), session.expires_at.into());
+        data.extra
+            .insert("scope".into(), session.scope.clone().into());
+        self.emit(WebhookEvent::new(EventType::SessionOpened, data))
+            .await;
     }
 }

@@ -1,0 +1,3 @@
+//! Quickstart: `cargo run -p quickstart` (work in progress).
+
+fn main() {}

@@ -1,0 +1,280 @@
+//! A local anvil node with the TestUSDC token deployed, and the official
+//! x402 clients of `tests/js` (`pay.mjs`), for the interop tests.
+//!
+//! Everything comes from `tests/js/node_modules` (run `npm ci` in `tests/js`
+//! once): the pinned `@foundry-rs/anvil` binary and the npm clients. Every
+//! process started here is killed when its guard drops, also on panic.
+//!
+//! Adapted from `x402-core/tests/common/anvil.rs`.
+
+use std::{
+    io::{BufRead, BufReader},
+    net::TcpListener,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use alloy_network::{EthereumWallet, TransactionBuilder};
+use alloy_primitives::{Address, Bytes, B256, U256};
+use alloy_provider::{DynProvider, Provider, ProviderBuilder};
+use alloy_rpc_types_eth::{TransactionReceipt, TransactionRequest};
+use alloy_signer_local::PrivateKeySigner;
+use alloy_sol_types::{SolCall, SolValue};
+use serde_json::Value;
+
+/// The anvil dev accounts used by the tests (public test keys: never use
+/// them anywhere else).
+pub mod accounts {
+    /// Account 0: deploys the token; the in-process facilitator's gas payer.
+    pub const KEY_0: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+    /// Account 1: the payer.
+    pub const KEY_1: &str = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
+    /// Account 2: the payee.
+    pub const KEY_2: &str = "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a";
+    /// Account 3.
+    pub const KEY_3: &str = "0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6";
+}
+
+mod sol {
+    alloy_sol_types::sol! {
+        function mint(address to, uint256 amount) external;
+        function balanceOf(address account) external view returns (uint256);
+    }
+}
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate lives in the workspace")
+        .to_path_buf()
+}
+
+/// `tests/js`.
+pub fn js_dir() -> PathBuf {
+    workspace_root().join("tests/js")
+}
+
+/// Panics (fails the test) with the fix when `tests/js/node_modules` is
+/// missing.
+pub fn require_node_modules() {
+    let modules = js_dir().join("node_modules");
+    assert!(
+        modules.join("@x402/fetch").exists() && modules.join("x402-fetch").exists(),
+        "{} is missing or incomplete: run `npm ci` in tests/js first \
+         (the interop tests need anvil and the official x402 clients from npm)",
+        modules.display()
+    );
+}
+
+/// The address of a private key.
+pub fn address_of(key: &str) -> Address {
+    key.parse::<PrivateKeySigner>()
+        .expect("a valid test key")
+        .address()
+}
+
+fn anvil_binary() -> PathBuf {
+    let (os, arch) = match (std::env::consts::OS, std::env::consts::ARCH) {
+        ("linux", "x86_64") => ("linux", "amd64"),
+        ("linux", "aarch64") => ("linux", "arm64"),
+        ("macos", "aarch64") => ("darwin", "arm64"),
+        ("macos", "x86_64") => ("darwin", "amd64"),
+        (os, arch) => panic!("no pinned anvil binary for {os}/{arch}"),
+    };
+    js_dir().join(format!(
+        "node_modules/@foundry-rs/anvil-{os}-{arch}/bin/anvil"
+    ))
+}
+
+/// A running anvil; killed on drop.
+pub struct Anvil {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+}
+
+impl Drop for Anvil {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Anvil {
+    /// Starts anvil with chain id 84532 on a free port and waits until it
+    /// listens. Fails (panics) if `tests/js/node_modules` is missing.
+    pub fn start() -> Self {
+        require_node_modules();
+        let binary = anvil_binary();
+        assert!(
+            binary.exists(),
+            "the anvil binary is missing at {}: run `npm ci` in tests/js first",
+            binary.display()
+        );
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = Command::new(&binary)
+            .args([
+                "--chain-id",
+                "84532",
+                "--port",
+                &port.to_string(),
+                "--host",
+                "127.0.0.1",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
+        let stdout = child.stdout.take().unwrap();
+        // The guard exists from here on: a panic below still kills anvil.
+        let anvil = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        };
+        let (ready_tx, ready_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut ready = Some(ready_tx);
+            // Keep draining anvil's output so it never blocks on a full pipe.
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if line.contains("Listening on") {
+                    if let Some(tx) = ready.take() {
+                        let _ = tx.send(());
+                    }
+                }
+            }
+        });
+        ready_rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("anvil did not print \"Listening on\" within 30 s");
+        anvil
+    }
+
+    /// A provider signing with `key` (recommended fillers).
+    pub async fn provider(&self, key: &str) -> DynProvider {
+        let signer: PrivateKeySigner = key.parse().unwrap();
+        ProviderBuilder::new()
+            .wallet(EthereumWallet::from(signer))
+            .connect(&self.url)
+            .await
+            .unwrap()
+            .erased()
+    }
+}
+
+/// Sends `tx` and waits for its receipt (polling every 50 ms).
+pub async fn send(provider: &DynProvider, tx: TransactionRequest) -> TransactionReceipt {
+    let hash = *provider.send_transaction(tx).await.unwrap().tx_hash();
+    receipt(provider, hash).await
+}
+
+/// Waits for a transaction's receipt.
+pub async fn receipt(provider: &DynProvider, hash: B256) -> TransactionReceipt {
+    for _ in 0..600 {
+        if let Some(r) = provider.get_transaction_receipt(hash).await.unwrap() {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no receipt for {hash:#x}");
+}
+
+/// Deploys TestUSDC(`name`, `version`) from the committed artifact.
+pub async fn deploy_test_usdc(deployer: &DynProvider, name: &str, version: &str) -> Address {
+    let path = js_dir().join("contracts/TestUSDC.json");
+    let artifact: Value = serde_json::from_slice(
+        &std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display())),
+    )
+    .unwrap();
+    let bytecode: Bytes = artifact["bytecode"].as_str().unwrap().parse().unwrap();
+    let mut code = bytecode.to_vec();
+    code.extend((name.to_owned(), version.to_owned()).abi_encode_params());
+    let receipt = send(
+        deployer,
+        TransactionRequest::default().with_deploy_code(Bytes::from(code)),
+    )
+    .await;
+    assert!(receipt.status(), "TestUSDC deployment reverted");
+    receipt.contract_address.unwrap()
+}
+
+/// Mints `amount` of `token` to `to` (the deployer is the owner).
+pub async fn mint(deployer: &DynProvider, token: Address, to: Address, amount: u64) {
+    let call = sol::mintCall {
+        to,
+        amount: U256::from(amount),
+    };
+    let receipt = send(
+        deployer,
+        TransactionRequest::default()
+            .with_to(token)
+            .with_input(Bytes::from(call.abi_encode())),
+    )
+    .await;
+    assert!(receipt.status(), "mint reverted");
+}
+
+/// `token.balanceOf(who)` through `eth_call`.
+pub async fn balance_of(provider: &DynProvider, token: Address, who: Address) -> U256 {
+    let call = sol::balanceOfCall { account: who };
+    let out = provider
+        .call(
+            TransactionRequest::default()
+                .with_to(token)
+                .with_input(Bytes::from(call.abi_encode())),
+        )
+        .await
+        .unwrap();
+    sol::balanceOfCall::abi_decode_returns(&out).unwrap()
+}
+
+/// What `pay.mjs` reported.
+#[derive(Debug)]
+pub struct PayOutcome {
+    /// The process's exit code.
+    pub exit_code: Option<i32>,
+    /// The JSON line on stdout (`Value::Null` when there was none).
+    pub json: Value,
+    /// Its stderr.
+    pub stderr: String,
+}
+
+/// Pays `url` with the official client `client` (`v1` or `v2`) through
+/// `node tests/js/pay.mjs`, with `extra` arguments (e.g. `--schemes exact,upto`).
+/// The node process is killed if it outlives `timeout`.
+pub async fn pay(client: &str, url: &str, key: &str, rpc: &str, extra: &[&str]) -> PayOutcome {
+    require_node_modules();
+    let child = tokio::process::Command::new("node")
+        .current_dir(js_dir())
+        .arg("pay.mjs")
+        .args(["--client", client, "--url", url, "--key", key, "--rpc", rpc])
+        .args(["--timeout-ms", "60000"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("cannot run node (node >= 20 is needed for the interop tests)");
+    let output = tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
+        .await
+        .expect("pay.mjs did not finish within 90 s")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let json = stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or(Value::Null);
+    PayOutcome {
+        exit_code: output.status.code(),
+        json,
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}

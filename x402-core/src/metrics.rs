@@ -1,0 +1,387 @@
+//! Metrics through the [`metrics`](https://docs.rs/metrics) facade (feature
+//! `metrics`, off by default).
+//!
+//! With the feature on, the engine records the series below into whatever
+//! recorder the application installed (`metrics-exporter-prometheus`,
+//! StatsD, ...); with no recorder installed they cost a few atomic loads.
+//! Enabling the feature changes no behaviour: no hook is added, no response
+//! differs. Without it every recording function here compiles to nothing,
+//! and the names are still exported so other crates can agree on them.
+//!
+//! | Name | Kind | Labels | Counts |
+//! |---|---|---|---|
+//! | `x402_challenges_total` | counter | `route`, `reason` | 402 challenges sent (`reason`: `payment_required`, `no_matching_requirements`, `payment_replayed`, a facilitator `invalidReason`, `session_exhausted`, a settlement `errorReason`, ...) |
+//! | `x402_refusals_total` | counter | `route`, `reason` | other refusals of protected requests (`facilitator_unavailable`, `claim_unavailable`, `internal_error`, `settlement_unknown`, ...) |
+//! | `x402_verifications_total` | counter | `outcome`, `reason` | verifications: `outcome` = `valid`, `invalid` (`reason` = the `invalidReason`), `error` (no verdict; `reason` = the refusal) |
+//! | `x402_settlements_total` | counter | `outcome`, `reason` | settlement attempts: `success`, `failure` (`reason` = `errorReason`), `error` (outcome unknown) |
+//! | `x402_replays_refused_total` | counter | | payments refused as replays (`payment_replayed`) |
+//! | `x402_sessions_opened_total` | counter | | prepaid sessions opened |
+//! | `x402_sessions_redeemed_total` | counter | | calls redeemed from a prepaid session |
+//! | `x402_amount_settled_total` | counter | `network`, `asset` | atomic units settled successfully (see below) |
+//! | `x402_facilitator_seconds` | histogram | `op` (`verify`, `settle`, `supported`) | facilitator call latency, answered or not |
+//! | `x402_claim_store_seconds` | histogram | `op` (`claim`, `release`), `outcome` (`ok`, `error`) | claim store latency, through [`TimedClaimStore`] |
+//!
+//! Reserved for the webhook sender (recorded there, not by the engine):
+//! `x402_webhook_deliveries_total{outcome}` (`outcome`: `delivered`,
+//! `failed` — one per attempt), `x402_webhook_dead_letters_total` (events
+//! moved to dead letters) and `x402_webhook_delivery_seconds` (histogram, one
+//! per attempt). Use the constants in [`names`].
+//!
+//! **`x402_amount_settled_total`** is a `u64` counter of atomic units. Atomic
+//! amounts are 256-bit; the running total per `(network, asset)` is kept in
+//! this process with saturating addition and exported with
+//! `Counter::absolute`, so it stops at `u64::MAX` (1.8 × 10¹⁹: 18 whole
+//! tokens of an 18-decimal asset, 1.8 × 10¹³ of a 6-decimal one) instead of
+//! wrapping. Alert on it reaching `u64::MAX`; the receipts (webhooks) remain
+//! the source of truth.
+//!
+//! Label values are bounded: routes are the route patterns; reasons longer
+//! than 64 characters or with characters outside `[A-Za-z0-9_.:-]` (free text
+//! from a facilitator) are recorded as `other`.
+
+/// The series names.
+pub mod names {
+    /// Counter: 402 challenges sent, by `route` and `reason`.
+    pub const CHALLENGES_TOTAL: &str = "x402_challenges_total";
+    /// Counter: other refusals of protected requests, by `route` and `reason`.
+    pub const REFUSALS_TOTAL: &str = "x402_refusals_total";
+    /// Counter: verifications, by `outcome` and `reason`.
+    pub const VERIFICATIONS_TOTAL: &str = "x402_verifications_total";
+    /// Counter: settlement attempts, by `outcome` and `reason`.
+    pub const SETTLEMENTS_TOTAL: &str = "x402_settlements_total";
+    /// Counter: payments refused as replays.
+    pub const REPLAYS_REFUSED_TOTAL: &str = "x402_replays_refused_total";
+    /// Counter: prepaid sessions opened.
+    pub const SESSIONS_OPENED_TOTAL: &str = "x402_sessions_opened_total";
+    /// Counter: calls redeemed from prepaid sessions.
+    pub const SESSIONS_REDEEMED_TOTAL: &str = "x402_sessions_redeemed_total";
+    /// Counter: atomic units settled, by `network` and `asset` (saturating).
+    pub const AMOUNT_SETTLED_TOTAL: &str = "x402_amount_settled_total";
+    /// Histogram: facilitator call latency in seconds, by `op`.
+    pub const FACILITATOR_SECONDS: &str = "x402_facilitator_seconds";
+    /// Histogram: claim store latency in seconds, by `op` and `outcome`.
+    pub const CLAIM_STORE_SECONDS: &str = "x402_claim_store_seconds";
+    /// Counter (webhook sender): delivery attempts, by `outcome`.
+    pub const WEBHOOK_DELIVERIES_TOTAL: &str = "x402_webhook_deliveries_total";
+    /// Counter (webhook sender): events moved to dead letters.
+    pub const WEBHOOK_DEAD_LETTERS_TOTAL: &str = "x402_webhook_dead_letters_total";
+    /// Histogram (webhook sender): delivery attempt latency in seconds.
+    pub const WEBHOOK_DELIVERY_SECONDS: &str = "x402_webhook_delivery_seconds";
+}
+
+#[cfg(feature = "metrics")]
+pub use self::enabled::{describe, TimedClaimStore};
+
+#[cfg(feature = "metrics")]
+mod enabled {
+    use std::{
+        collections::HashMap,
+        sync::{Mutex, OnceLock},
+        time::{Instant, SystemTime},
+    };
+
+    use ::metrics::{counter, describe_counter, describe_histogram, histogram, Unit};
+    use async_trait::async_trait;
+
+    use super::names::*;
+    use crate::{
+        claim::{ClaimStore, ClaimStoreError, Claimed},
+        money::AtomicAmount,
+    };
+
+    /// Registers every series' description and unit with the installed
+    /// recorder (optional: exporters show them as `# HELP` lines).
+    pub fn describe() {
+        describe_counter!(CHALLENGES_TOTAL, "402 challenges sent, by route and reason");
+        describe_counter!(
+            REFUSALS_TOTAL,
+            "Non-402 refusals of protected requests, by route and reason"
+        );
+        describe_counter!(
+            VERIFICATIONS_TOTAL,
+            "Payment verifications, by outcome and reason"
+        );
+        describe_counter!(
+            SETTLEMENTS_TOTAL,
+            "Settlement attempts, by outcome and reason"
+        );
+        describe_counter!(REPLAYS_REFUSED_TOTAL, "Payments refused as replays");
+        describe_counter!(SESSIONS_OPENED_TOTAL, "Prepaid sessions opened");
+        describe_counter!(
+            SESSIONS_REDEEMED_TOTAL,
+            "Calls redeemed from prepaid sessions"
+        );
+        describe_counter!(
+            AMOUNT_SETTLED_TOTAL,
+            "Atomic units settled, by network and asset (saturates at u64::MAX)"
+        );
+        describe_histogram!(
+            FACILITATOR_SECONDS,
+            Unit::Seconds,
+            "Facilitator call latency, by op"
+        );
+        describe_histogram!(
+            CLAIM_STORE_SECONDS,
+            Unit::Seconds,
+            "Claim store latency, by op and outcome"
+        );
+        describe_counter!(
+            WEBHOOK_DELIVERIES_TOTAL,
+            "Webhook delivery attempts, by outcome"
+        );
+        describe_counter!(
+            WEBHOOK_DEAD_LETTERS_TOTAL,
+            "Webhook events moved to dead letters"
+        );
+        describe_histogram!(
+            WEBHOOK_DELIVERY_SECONDS,
+            Unit::Seconds,
+            "Webhook delivery attempt latency"
+        );
+    }
+
+    pub(super) fn label(value: &str) -> String {
+        let ok = value.len() <= 64
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'));
+        if ok {
+            value.to_owned()
+        } else {
+            "other".to_owned()
+        }
+    }
+
+    pub(super) fn inc(name: &'static str, labels: &[(&'static str, &str)]) {
+        let labels: Vec<::metrics::Label> = labels
+            .iter()
+            .map(|(k, v)| ::metrics::Label::new(*k, label(v)))
+            .collect();
+        counter!(name, labels).increment(1);
+    }
+
+    pub(super) fn seconds(
+        name: &'static str,
+        labels: &[(&'static str, &'static str)],
+        since: Instant,
+    ) {
+        let labels: Vec<::metrics::Label> = labels
+            .iter()
+            .map(|(k, v)| ::metrics::Label::new(*k, *v))
+            .collect();
+        histogram!(name, labels).record(since.elapsed().as_secs_f64());
+    }
+
+    type Totals = Mutex<HashMap<(String, String), u64>>;
+
+    pub(super) fn amount(network: &str, asset: &str, amount: AtomicAmount) {
+        static TOTALS: OnceLock<Totals> = OnceLock::new();
+        let add = u64::try_from(amount.get()).unwrap_or(u64::MAX);
+        let key = (label(network), asset.to_ascii_lowercase());
+        let total = {
+            let mut totals = TOTALS
+                .get_or_init(Totals::default)
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let t = totals.entry(key.clone()).or_default();
+            *t = t.saturating_add(add);
+            *t
+        };
+        let asset = if key.1.len() <= 128 {
+            key.1
+        } else {
+            "other".to_owned()
+        };
+        counter!(AMOUNT_SETTLED_TOTAL, "network" => key.0, "asset" => asset).absolute(total);
+    }
+
+    /// A [`ClaimStore`] that records `x402_claim_store_seconds{op, outcome}`
+    /// around another:
+    /// `ReplayGuard::new(TimedClaimStore::new(RedisClaimStore::...))`.
+    #[derive(Debug, Clone)]
+    pub struct TimedClaimStore<S>(S);
+
+    impl<S> TimedClaimStore<S> {
+        /// Times `store`.
+        pub fn new(store: S) -> Self {
+            Self(store)
+        }
+
+        /// The timed store.
+        pub fn into_inner(self) -> S {
+            self.0
+        }
+    }
+
+    fn outcome<T, E>(r: &Result<T, E>) -> &'static str {
+        if r.is_ok() {
+            "ok"
+        } else {
+            "error"
+        }
+    }
+
+    #[async_trait]
+    impl<S: ClaimStore> ClaimStore for TimedClaimStore<S> {
+        async fn claim(
+            &self,
+            key: &str,
+            expires_at: SystemTime,
+        ) -> Result<Claimed, ClaimStoreError> {
+            let start = Instant::now();
+            let r = self.0.claim(key, expires_at).await;
+            seconds(
+                CLAIM_STORE_SECONDS,
+                &[("op", "claim"), ("outcome", outcome(&r))],
+                start,
+            );
+            r
+        }
+
+        async fn release(&self, key: &str) -> Result<(), ClaimStoreError> {
+            let start = Instant::now();
+            let r = self.0.release(key).await;
+            seconds(
+                CLAIM_STORE_SECONDS,
+                &[("op", "release"), ("outcome", outcome(&r))],
+                start,
+            );
+            r
+        }
+    }
+}
+
+// What the engine calls. Every function is empty without the feature.
+
+use crate::{engine::Refusal, money::AtomicAmount, proto::SettleResponse};
+
+/// A refusal of a request on `route`: a challenge (402) or another refusal.
+#[inline]
+pub(crate) fn refusal(route: &str, refusal: &Refusal) {
+    #[cfg(feature = "metrics")]
+    {
+        let name = if refusal.is_challenge() {
+            names::CHALLENGES_TOTAL
+        } else {
+            names::REFUSALS_TOTAL
+        };
+        enabled::inc(name, &[("route", route), ("reason", refusal.reason())]);
+        if let Refusal::Aborted(r) = refusal {
+            if r == "payment_replayed" {
+                ::metrics::counter!(names::REPLAYS_REFUSED_TOTAL).increment(1);
+            }
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (route, refusal);
+}
+
+/// A verification: `Ok(None)` valid, `Ok(Some(reason))` invalid, `Err(refusal)`
+/// no verdict.
+#[inline]
+pub(crate) fn verification(result: Result<Option<&str>, &Refusal>) {
+    #[cfg(feature = "metrics")]
+    {
+        let (outcome, reason) = match result {
+            Ok(None) => ("valid", ""),
+            Ok(Some(reason)) => ("invalid", reason),
+            Err(refusal) => ("error", refusal.reason()),
+        };
+        enabled::inc(
+            names::VERIFICATIONS_TOTAL,
+            &[("outcome", outcome), ("reason", reason)],
+        );
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = result;
+}
+
+/// A settlement's answer (`None`: outcome unknown).
+#[inline]
+pub(crate) fn settlement(
+    receipt: Option<&SettleResponse>,
+    network: &str,
+    asset: &str,
+    amount: AtomicAmount,
+) {
+    #[cfg(feature = "metrics")]
+    match receipt {
+        Some(r) if r.success => {
+            enabled::inc(
+                names::SETTLEMENTS_TOTAL,
+                &[("outcome", "success"), ("reason", "")],
+            );
+            enabled::amount(network, asset, r.amount.unwrap_or(amount));
+        }
+        Some(r) => {
+            let reason = r.error_reason.as_deref().unwrap_or("settlement_failed");
+            enabled::inc(
+                names::SETTLEMENTS_TOTAL,
+                &[("outcome", "failure"), ("reason", reason)],
+            );
+        }
+        None => enabled::inc(
+            names::SETTLEMENTS_TOTAL,
+            &[("outcome", "error"), ("reason", "settlement_unknown")],
+        ),
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (receipt, network, asset, amount);
+}
+
+/// A prepaid session was opened.
+#[inline]
+pub(crate) fn session_opened() {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(names::SESSIONS_OPENED_TOTAL).increment(1);
+}
+
+/// A prepaid session call was redeemed.
+#[inline]
+pub(crate) fn session_redeemed() {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(names::SESSIONS_REDEEMED_TOTAL).increment(1);
+}
+
+/// Times a facilitator call; records on [`done`](Self::done).
+#[derive(Debug)]
+pub(crate) struct FacilitatorTimer {
+    #[cfg(feature = "metrics")]
+    start: std::time::Instant,
+}
+
+impl FacilitatorTimer {
+    #[inline]
+    pub(crate) fn start() -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            start: std::time::Instant::now(),
+        }
+    }
+
+    /// Records the call's latency under `op`.
+    #[inline]
+    pub(crate) fn done(self, op: &'static str) {
+        #[cfg(feature = "metrics")]
+        enabled::seconds(names::FACILITATOR_SECONDS, &[("op", op)], self.start);
+        #[cfg(not(feature = "metrics"))]
+        let _ = op;
+    }
+}
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    #[test]
+    fn labels_are_bounded() {
+        assert_eq!(
+            super::enabled::label("payment_replayed"),
+            "payment_replayed"
+        );
+        assert_eq!(super::enabled::label("eip155:84532"), "eip155:84532");
+        assert_eq!(
+            super::enabled::label("free text from a facilitator"),
+            "other"
+        );
+        assert_eq!(super::enabled::label(&"a".repeat(65)), "other");
+    }
+}
