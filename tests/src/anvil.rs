@@ -90,6 +90,7 @@ fn anvil_binary() -> PathBuf {
 }
 
 /// A running anvil; killed on drop.
+#[derive(Debug)]
 pub struct Anvil {
     child: Child,
     /// `http://127.0.0.1:PORT`.

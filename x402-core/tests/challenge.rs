@@ -17,6 +17,8 @@ use x402_core::{
 
 const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
 const UPTO_FACILITATOR: &str = "0x1111111111111111111111111111111111111111";
+const FEE_PAYER: &str = "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4";
+const SVM_PAY_TO: &str = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin";
 
 #[derive(Debug)]
 struct SupportedOnly;
@@ -31,15 +33,23 @@ impl Facilitator for SupportedOnly {
     }
     async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
         Ok(SupportedResponse {
-            kinds: vec![SupportedKind {
-                x402_version: X402Version::V2,
-                scheme: "upto".into(),
-                network: "eip155:*".into(),
-                extra: Some(
-                    serde_json::from_value(json!({ "facilitatorAddress": UPTO_FACILITATOR }))
-                        .unwrap(),
-                ),
-            }],
+            kinds: vec![
+                SupportedKind {
+                    x402_version: X402Version::V2,
+                    scheme: "upto".into(),
+                    network: "eip155:*".into(),
+                    extra: Some(
+                        serde_json::from_value(json!({ "facilitatorAddress": UPTO_FACILITATOR }))
+                            .unwrap(),
+                    ),
+                },
+                SupportedKind {
+                    x402_version: X402Version::V2,
+                    scheme: "exact".into(),
+                    network: "solana:*".into(),
+                    extra: Some(serde_json::from_value(json!({ "feePayer": FEE_PAYER })).unwrap()),
+                },
+            ],
             ..SupportedResponse::default()
         })
     }
@@ -153,4 +163,36 @@ async fn bad_configuration_is_reported_at_build() {
         .route(Route::get("/x"))
         .build()
         .is_err());
+}
+
+#[tokio::test]
+async fn several_networks_on_one_route_with_solana_fee_payer_from_supported() {
+    let engine = Engine::builder(SupportedOnly)
+        .route(
+            Route::get("/multi")
+                .offer(Offer::exact("eip155:84532", "$0.01", PAY_TO))
+                .offer(Offer::exact("eip155:8453", "$0.01", PAY_TO))
+                .offer(Offer::exact(x402_core::network::SOLANA_DEVNET, "$0.01", SVM_PAY_TO)),
+        )
+        .build()
+        .unwrap();
+    let (parts, ()) = http::Request::get("/multi").body(()).unwrap().into_parts();
+    let Decision::Respond(resp) = engine.process(RequestView::from_parts(&parts)).await else {
+        panic!("expected a challenge");
+    };
+    assert_eq!(resp.status(), 402, "{:?}", resp.body());
+    let v2: v2::PaymentRequired =
+        codec::decode(resp.headers()[codec::PAYMENT_REQUIRED].as_bytes(), 1 << 16).unwrap();
+    assert_eq!(v2.accepts.len(), 3);
+    // Base mainnet USDC's EIP-712 name differs from Base Sepolia's.
+    assert_eq!(v2.accepts[0].extra["name"], "USDC");
+    assert_eq!(v2.accepts[1].extra["name"], "USD Coin");
+    let svm = &v2.accepts[2];
+    assert_eq!(svm.asset, "4zMMC9srt5Ri5X14GAgXhaHii3GnPAEERYPJgZJDncDU");
+    assert_eq!(svm.extra["feePayer"], FEE_PAYER);
+    assert_eq!(svm.amount.to_string(), "10000");
+    let body: Value = serde_json::from_slice(resp.body()).unwrap();
+    let networks: Vec<&str> =
+        body["accepts"].as_array().unwrap().iter().map(|r| r["network"].as_str().unwrap()).collect();
+    assert_eq!(networks, ["base-sepolia", "base", "solana-devnet"]);
 }

@@ -573,13 +573,18 @@ async fn replayed_nonce_after_settlement_is_refused() {
         }
         other => panic!("expected a 402, got {other:?}"),
     }
-    let request = request(&accepted, &payload, 740);
-    let verdict = facilitator.verify(&request).await.unwrap();
+    let verdict = facilitator
+        .verify(&request(&accepted, &payload, CEILING))
+        .await
+        .unwrap();
     assert_eq!(
         verdict.invalid_reason.as_deref(),
         Some(reason::PERMIT2_INVALID_NONCE)
     );
-    let receipt = facilitator.settle(&request).await.unwrap();
+    let receipt = facilitator
+        .settle(&request(&accepted, &payload, 740))
+        .await
+        .unwrap();
     assert_eq!(
         receipt.error_reason.as_deref(),
         Some(reason::PERMIT2_INVALID_NONCE)
@@ -829,16 +834,16 @@ async fn exact_over_permit2_moves_exactly_the_price() {
         ..Permit::upto()
     };
     let payload = permit.sign(&key);
-    let request = request_for(&accepted, &payload);
+    let paid = request_for(&accepted, &payload);
 
-    let verdict = facilitator.verify(&request).await.unwrap();
+    let verdict = facilitator.verify(&paid).await.unwrap();
     assert!(verdict.is_valid, "{verdict:?}");
-    let receipt = facilitator.settle(&request).await.unwrap();
+    let receipt = facilitator.settle(&paid).await.unwrap();
     assert!(receipt.success, "{receipt:?}");
     assert_eq!(receipt.amount, Some(AtomicAmount::from(CEILING)));
     assert_eq!(bal(&ledger, key.address()), U256::from(FUNDS - CEILING));
     assert_eq!(bal(&ledger, PAYEE), U256::from(CEILING));
-    let again = facilitator.settle(&request).await.unwrap();
+    let again = facilitator.settle(&paid).await.unwrap();
     assert_eq!(
         again.error_reason.as_deref(),
         Some(reason::PERMIT2_INVALID_NONCE)

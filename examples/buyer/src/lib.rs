@@ -868,7 +868,7 @@ impl Buyer {
             return Err(refusal.into());
         }
         if response.status() != StatusCode::PAYMENT_REQUIRED {
-            return Ok(Purchase {
+            return Purchase {
                 status: response.status().as_u16(),
                 headers: response.headers().clone(),
                 body: Default::default(),
@@ -878,7 +878,7 @@ impl Buyer {
                 paid: None,
             }
             .with_body(response)
-            .await?);
+            .await;
         }
 
         let challenge = self.read_challenge(response).await?;

@@ -11,9 +11,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-use std::sync::{
-    atomic::{AtomicUsize, Ordering},
-    Arc,
+use std::{
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::Duration,
 };
 
 use axum::{routing::get, Router};
@@ -21,9 +24,10 @@ use tokio::{io::AsyncReadExt, net::TcpListener};
 use x402_axum::PaywallLayer;
 use x402_core::{
     claim::{RedisClaimStore, ReplayGuard},
+    facilitator::HttpFacilitator,
     Engine, Offer, Route,
 };
-use x402_tests::{standin::facilitator_at, PAY_TO, SECRET};
+use x402_tests::{PAY_TO, SECRET};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -36,7 +40,13 @@ async fn main() {
         .await
         .expect("connect to Redis")
         .with_prefix(prefix);
-    let engine = Engine::builder(facilitator_at(&facilitator))
+    // A generous deadline: 64 concurrent `/verify` calls on two busy cores.
+    let facilitator = HttpFacilitator::builder(facilitator)
+        .timeout(Duration::from_secs(10))
+        .client(reqwest::Client::builder().no_proxy().build().unwrap())
+        .build()
+        .unwrap();
+    let engine = Engine::builder(facilitator)
         .route(Route::get("/paid").offer(Offer::exact("eip155:84532", "$0.01", PAY_TO)))
         .hooks(ReplayGuard::new(store))
         .build()

@@ -1,8 +1,12 @@
-//! An in-process EVM facilitator: verifies `exact` EIP-3009 payments itself
-//! and settles them through a [`Ledger`], with no third party.
+//! An in-process EVM facilitator: verifies `exact` (EIP-3009 or Permit2) and
+//! `upto` (Permit2) payments itself and settles them through a [`Ledger`],
+//! with no third party.
 //!
 //! - [`LocalFacilitator`] implements [`Facilitator`] for the `exact` scheme
-//!   with EIP-3009 `transferWithAuthorization` payloads, protocol v1 and v2.
+//!   with EIP-3009 `transferWithAuthorization` payloads (protocol v1 and v2)
+//!   or Permit2 witness transfers (v2), and for the `upto` scheme with
+//!   Permit2 witness transfers (v2), when its ledger
+//!   [settles Permit2](Ledger::supports_permit2).
 //! - [`DevLedger`] keeps balances and used nonces in memory, for offline
 //!   development and tests. It refuses mainnet networks and returns a
 //!   deterministic id, not a transaction hash.
@@ -12,6 +16,7 @@
 //! use std::sync::Arc;
 //! use alloy_primitives::address;
 //! use x402_core::local::{DevLedger, LocalFacilitator};
+//! use x402_core::proto::X402Version;
 //! use x402_core::Facilitator;
 //!
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -23,9 +28,15 @@
 //!     .network("eip155:84532")
 //!     .build()?;
 //! let supported = facilitator.supported().await?;
-//! assert_eq!(supported.kinds.len(), 2); // v2 `eip155:84532` and v1 `base-sepolia`
+//! // v2 `exact` on `eip155:84532`, v1 `exact` on `base-sepolia`, v2 `upto`.
+//! assert_eq!(supported.kinds.len(), 3);
+//! let upto = supported.kind(X402Version::V2, "upto", "eip155:84532").unwrap();
+//! // Sellers copy it into their `upto` requirements; buyers sign it.
+//! assert!(upto.extra.as_ref().unwrap().contains_key("facilitatorAddress"));
 //! # Ok(()) }
 //! ```
+//!
+//! # `exact` with EIP-3009
 //!
 //! The checks, in order, with the reason code of each failure (the TypeScript
 //! v2 facilitator's codes): both schemes are `exact`
@@ -48,6 +59,41 @@
 //!
 //! `settle` runs the same checks again (without the dry run) and then asks the
 //! ledger to move the tokens.
+//!
+//! # `upto`, and `exact` with Permit2
+//!
+//! The payload is a Permit2 `PermitWitnessTransferFrom` signed in Permit2's
+//! domain (`{name: "Permit2", chainId, verifyingContract: Permit2}`); the
+//! spender is an x402 proxy, and an `upto` witness names the facilitator
+//! allowed to settle. An `upto` requirement's `amount` is the ceiling at
+//! `verify` and the charge at `settle` (the seller replaces it).
+//!
+//! The checks, in order: for `upto`, both schemes are `upto` and the protocol
+//! is v2 ([`reason::UPTO_SCHEME`]) and the networks match
+//! ([`reason::UPTO_NETWORK_MISMATCH`]; for `exact`, as above); the network is
+//! served ([`reason::UNSUPPORTED_NETWORK`]); the ledger settles Permit2 and
+//! the protocol is v2 ([`reason::UNSUPPORTED_PAYLOAD_TYPE`]); `asset` and
+//! `payTo` are addresses ([`reason::INVALID_REQUIREMENTS`]); the payload is a
+//! Permit2 payload whose witness names a facilitator for `upto` and none for
+//! `exact` ([`reason::UPTO_PAYLOAD`], [`reason::PAYLOAD`]); `spender` is the
+//! scheme's proxy ([`reason::PERMIT2_SPENDER`]); `witness.to == payTo`
+//! ([`reason::PERMIT2_RECIPIENT_MISMATCH`]); `witness.facilitator` is the
+//! ledger's signer ([`reason::UPTO_FACILITATOR_MISMATCH`]); `deadline >= now
+//! + margin` ([`reason::PERMIT2_DEADLINE_EXPIRED`]); `witness.validAfter <=
+//! now` ([`reason::PERMIT2_NOT_YET_VALID`]); the amount: `permitted.amount ==
+//! amount` at `verify` and for `exact` ([`reason::PERMIT2_AMOUNT_MISMATCH`]),
+//! and at an `upto` `settle` the charge `<= permitted.amount`
+//! ([`reason::UPTO_SETTLEMENT_EXCEEDS_AMOUNT`]) and `permitted.amount` is the
+//! ceiling the payment accepted ([`reason::PERMIT2_AMOUNT_MISMATCH`]);
+//! `permitted.token == asset` ([`reason::PERMIT2_TOKEN_MISMATCH`]); the
+//! signature recovers `from` ([`reason::PERMIT2_SIGNATURE`]); then the ledger:
+//! the owner's Permit2 nonce is unused ([`reason::PERMIT2_INVALID_NONCE`]),
+//! the balance covers the amount ([`reason::PERMIT2_INSUFFICIENT_BALANCE`]),
+//! and on `verify` the dry run succeeds ([`reason::PERMIT2_SIMULATION_FAILED`]).
+//!
+//! An `upto` charge of `0` settles with `success: true`, `transaction: ""` and
+//! `amount: "0"` without asking the ledger (the engine already skips the
+//! facilitator for it). Every Permit2 receipt carries `amount`.
 
 use std::{
     collections::BTreeMap,
@@ -535,8 +581,10 @@ fn caip2_of(name: &str) -> Option<String> {
     network::evm_chain_id(&caip2).map(|_| caip2)
 }
 
-/// An in-process facilitator for `exact` EIP-3009 payments on EVM networks,
-/// settling through a [`Ledger`].
+/// An in-process facilitator for EVM networks, settling through a [`Ledger`]:
+/// `exact` with EIP-3009 (v1 and v2) or Permit2 (v2), and `upto` with Permit2
+/// (v2) when the ledger [settles Permit2](Ledger::supports_permit2). See the
+/// [module docs](self) for the checks.
 ///
 /// ```
 /// use std::sync::Arc;

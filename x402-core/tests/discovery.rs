@@ -1,0 +1,365 @@
+//! Discovery: the typed bazaar extension (enriched per request in the 402),
+//! the discovery document and the OpenAPI document, checked by real
+//! validators (ajv with the committed JSON Schema, swagger-parser for
+//! OpenAPI 3.1; both from `tests/js`, installed by `npm ci` there).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::{path::PathBuf, process::Command, time::Duration};
+
+use http::{HeaderMap, Method, StatusCode};
+use serde_json::{json, Value};
+use x402_core::{
+    codec,
+    discovery::{Bazaar, OpenApiInfo, PricingKind},
+    facilitator::{Facilitator, FacilitatorError},
+    proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse},
+    route::RequestView,
+    session::SessionOffer,
+    Completion, Decision, Engine, Offer, Route,
+};
+
+const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
+const PAYER: &str = "0x857b06519E91e3A54538791bDbb0E22373e36b66";
+const UPTO_FACILITATOR: &str = "0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002";
+const NETWORK: &str = "eip155:84532";
+
+/// Valid and settled, every time.
+#[derive(Debug)]
+struct Stub;
+
+#[async_trait::async_trait]
+impl Facilitator for Stub {
+    async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> {
+        Ok(VerifyResponse::valid(PAYER))
+    }
+    async fn settle(&self, r: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> {
+        Ok(SettleResponse {
+            success: false,
+            error_reason: Some("insufficient_funds".into()),
+            network: r.payment_requirements.network().into(),
+            ..SettleResponse::default()
+        })
+    }
+    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
+        Ok(serde_json::from_value(json!({
+            "kinds": [
+                {"x402Version": 2, "scheme": "exact", "network": NETWORK},
+                {"x402Version": 2, "scheme": "upto", "network": NETWORK,
+                 "extra": {"facilitatorAddress": UPTO_FACILITATOR}}
+            ],
+            "extensions": ["bazaar"],
+            "signers": {}
+        }))
+        .unwrap())
+    }
+}
+
+/// The example server's routes, plus a parameterised route with bazaar.
+fn engine() -> Engine {
+    Engine::builder(Stub)
+        .route(
+            Route::get("/exact/evm/eip3009")
+                .offer(Offer::exact(NETWORK, "$0.001", PAY_TO))
+                .description("exact payment, EIP-3009")
+                .mime_type("application/json"),
+        )
+        .route(
+            Route::get("/upto/evm/permit2")
+                .offer(Offer::upto(NETWORK, "2000", PAY_TO))
+                .description("metered: up to 2000 atomic units")
+                .mime_type("application/json"),
+        )
+        .route(
+            Route::get("/session/demo")
+                .offer(Offer::exact(NETWORK, "$0.001", PAY_TO))
+                .session(
+                    SessionOffer::new("demo-100", 100, Duration::from_secs(3600), "demo")
+                        .offer(Offer::exact(NETWORK, "$0.05", PAY_TO)),
+                )
+                .description("per call, or 100 calls for $0.05"),
+        )
+        .route(
+            Route::get("/weather/:city")
+                .offer(Offer::exact(NETWORK, "$0.001", PAY_TO))
+                .description("Today's weather in a city")
+                .mime_type("application/json")
+                .bazaar(
+                    Bazaar::http()
+                        .query_param("units", "metric")
+                        .header("accept-language", "en")
+                        .output_example(json!({ "city": "paris", "celsius": 21, "sky": "clear" })),
+                ),
+        )
+        .route(
+            Route::post("/forecast/{city}/*")
+                .offer(Offer::exact(NETWORK, "$0.01", PAY_TO))
+                .resource_url("https://api.example.com/forecast")
+                .bazaar(Bazaar::json_body(json!({ "days": 3 })).output_example(json!({ "days": [] }))),
+        )
+        .build()
+        .unwrap()
+}
+
+fn request(method: Method, path: &str, headers: &[(&str, &str)]) -> http::request::Parts {
+    let mut builder = http::Request::builder().method(method).uri(path).header("host", "api.example.com");
+    for (k, v) in headers {
+        builder = builder.header(*k, *v);
+    }
+    builder.body(()).unwrap().into_parts().0
+}
+
+/// The decoded `PAYMENT-REQUIRED` of a 402 for `method path`.
+async fn challenge(engine: &Engine, method: Method, path: &str) -> Value {
+    let parts = request(method, path, &[]);
+    let Decision::Respond(r) = engine.process(RequestView::from_parts(&parts)).await else {
+        panic!("expected a 402");
+    };
+    assert_eq!(r.status(), StatusCode::PAYMENT_REQUIRED);
+    codec::decode(r.headers()["payment-required"].as_bytes(), 1 << 16).unwrap()
+}
+
+#[tokio::test]
+async fn the_402_of_a_parameterised_route_carries_the_enriched_bazaar() {
+    let e = engine();
+    let required = challenge(&e, Method::GET, "/weather/paris").await;
+    let bazaar = &required["extensions"]["bazaar"];
+    assert_eq!(bazaar["routeTemplate"], "/weather/:city");
+    assert_eq!(bazaar["info"]["input"]["type"], "http");
+    assert_eq!(bazaar["info"]["input"]["method"], "GET");
+    assert_eq!(bazaar["info"]["input"]["pathParams"], json!({ "city": "paris" }));
+    assert_eq!(bazaar["info"]["input"]["queryParams"], json!({ "units": "metric" }));
+    assert_eq!(bazaar["info"]["output"]["example"]["celsius"], 21);
+    let input_schema = &bazaar["schema"]["properties"]["input"];
+    assert_eq!(input_schema["additionalProperties"], false);
+    assert_eq!(input_schema["properties"]["method"]["enum"], json!(["GET"]));
+    assert_eq!(
+        input_schema["properties"]["pathParams"],
+        json!({
+            "type": "object",
+            "properties": { "city": { "type": "string" } },
+            "required": ["city"],
+            "additionalProperties": false
+        })
+    );
+    assert_eq!(bazaar["schema"]["$schema"], "https://json-schema.org/draft/2020-12/schema");
+
+    // Per request: another city, another verb.
+    let required = challenge(&e, Method::HEAD, "/weather/Lyon").await;
+    let bazaar = &required["extensions"]["bazaar"];
+    assert_eq!(bazaar["info"]["input"]["method"], "HEAD");
+    assert_eq!(bazaar["schema"]["properties"]["input"]["properties"]["method"]["enum"], json!(["HEAD"]));
+    assert_eq!(bazaar["info"]["input"]["pathParams"]["city"], "lyon", "paths are matched lower-cased");
+}
+
+#[tokio::test]
+async fn a_fixed_resource_url_does_not_freeze_the_bazaar() {
+    let e = engine();
+    // `*` becomes `:var1`; the route's resource URL is fixed (pre-encodable),
+    // but its bazaar still follows the request.
+    let required = challenge(&e, Method::POST, "/forecast/oslo/week").await;
+    assert_eq!(required["resource"]["url"], "https://api.example.com/forecast");
+    let bazaar = &required["extensions"]["bazaar"];
+    assert_eq!(bazaar["routeTemplate"], "/forecast/:city/:var1");
+    assert_eq!(bazaar["info"]["input"]["pathParams"], json!({ "city": "oslo", "var1": "week" }));
+    assert_eq!(bazaar["info"]["input"]["method"], "POST");
+    assert_eq!(bazaar["info"]["input"]["bodyType"], "json");
+    assert_eq!(bazaar["info"]["input"]["body"], json!({ "days": 3 }));
+    let required = challenge(&e, Method::POST, "/forecast/rome/day").await;
+    assert_eq!(required["extensions"]["bazaar"]["info"]["input"]["pathParams"]["city"], "rome");
+}
+
+#[tokio::test]
+async fn routes_without_bazaar_have_no_bazaar_and_keep_their_challenge() {
+    let e = engine();
+    let a = challenge(&e, Method::GET, "/exact/evm/eip3009").await;
+    assert!(a.get("extensions").is_none_or(|x| x.get("bazaar").is_none()));
+    let s = challenge(&e, Method::GET, "/session/demo").await;
+    assert!(s["extensions"].get("bazaar").is_none());
+    assert_eq!(s["extensions"]["session"]["info"]["offers"][0]["id"], "demo-100");
+}
+
+#[tokio::test]
+async fn a_settlement_failure_402_carries_the_enriched_bazaar() {
+    let e = engine();
+    let required = challenge(&e, Method::GET, "/weather/paris").await;
+    let payment = json!({
+        "x402Version": 2,
+        "accepted": required["accepts"][0],
+        "payload": {
+            "signature": format!("0x{}", "11".repeat(65)),
+            "authorization": {
+                "from": PAYER, "to": PAY_TO, "value": "1000", "validAfter": "0",
+                "validBefore": "99999999999", "nonce": format!("0x{}", "ab".repeat(32))
+            }
+        }
+    });
+    let header = codec::encode(&payment).unwrap();
+    let parts = request(Method::GET, "/weather/nice", &[("payment-signature", &header)]);
+    let Decision::Paid(paid) = e.process(RequestView::from_parts(&parts)).await else {
+        panic!("expected a verified payment");
+    };
+    let mut headers = HeaderMap::new();
+    let Completion::Replace(r) = paid.complete(StatusCode::OK, &mut headers).await else {
+        panic!("the stub refuses settlement");
+    };
+    assert_eq!(r.status(), 402);
+    let v: Value = codec::decode(r.headers()["payment-required"].as_bytes(), 1 << 16).unwrap();
+    assert_eq!(v["error"], "insufficient_funds");
+    assert_eq!(v["extensions"]["bazaar"]["info"]["input"]["pathParams"]["city"], "nice");
+}
+
+fn js_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/js")
+}
+
+/// Runs the validators of `tests/js/validate-discovery.mjs`. Fails (never
+/// skips) when Node or the pinned packages are missing.
+fn validate(document: &Value, openapi: &Value, declarations: &[&Value]) {
+    let js = js_dir();
+    for package in ["ajv", "ajv-formats", "@apidevtools/swagger-parser"] {
+        assert!(
+            js.join("node_modules").join(package).join("package.json").exists(),
+            "the validator package {package} is not installed: run `npm ci` in tests/js \
+             (scripts/test-all.sh does it)"
+        );
+    }
+    let dir = std::env::temp_dir().join(format!("x402-discovery-{}-{}", std::process::id(), rand_suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, v: &Value| {
+        let p = dir.join(name);
+        std::fs::write(&p, serde_json::to_vec_pretty(v).unwrap()).unwrap();
+        p
+    };
+    let schema = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/discovery.schema.json");
+    let mut args = vec![
+        js.join("validate-discovery.mjs"),
+        schema,
+        write("discovery.json", document),
+        write("openapi.json", openapi),
+    ];
+    for (i, d) in declarations.iter().enumerate() {
+        args.push(write(&format!("bazaar-{i}.json"), d));
+    }
+    let out = Command::new("node")
+        .args(&args)
+        .current_dir(&js)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run node (install Node.js >= 20): {e}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "validation failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
+}
+
+fn rand_suffix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos()
+        .into()
+}
+
+#[tokio::test]
+async fn discovery_and_openapi_documents_validate() {
+    let e = engine();
+    let described = e.describe().await;
+    assert_eq!(described.len(), 5);
+    assert!(described.iter().all(|d| d.pricing == PricingKind::Static));
+
+    let doc = e.discovery_document("https://api.example.com/").await;
+    assert_eq!(doc["baseUrl"], "https://api.example.com");
+    let resources = doc["resources"].as_array().unwrap();
+    assert_eq!(resources.len(), 5);
+    let exact = &resources[0];
+    assert_eq!(exact["resource"], "https://api.example.com/exact/evm/eip3009");
+    assert_eq!(exact["method"], "GET");
+    assert_eq!(exact["accepts"][0]["amount"], "1000");
+    assert_eq!(exact["accepts"][0]["scheme"], "exact");
+    let upto = &resources[1];
+    assert_eq!(upto["accepts"][0]["scheme"], "upto");
+    assert_eq!(upto["accepts"][0]["amount"], "2000");
+    assert_eq!(upto["accepts"][0]["extra"]["facilitatorAddress"], UPTO_FACILITATOR);
+    let session = &resources[2];
+    assert_eq!(session["accepts"][0]["amount"], "1000");
+    assert_eq!(session["sessions"][0]["id"], "demo-100");
+    assert_eq!(session["sessions"][0]["calls"], 100);
+    assert_eq!(session["sessions"][0]["ttlSeconds"], 3600);
+    assert_eq!(session["sessions"][0]["accepts"][0]["amount"], "50000");
+    assert!(session["extensions"].get("session").is_none(), "sessions are listed once");
+    let weather = &resources[3];
+    assert_eq!(weather["resource"], "https://api.example.com/weather/:city");
+    assert_eq!(weather["routeTemplate"], "/weather/:city");
+    assert_eq!(weather["pathParams"], json!(["city"]));
+    assert_eq!(weather["extensions"]["bazaar"]["info"]["input"]["method"], "GET");
+    assert_eq!(resources[4]["resource"], "https://api.example.com/forecast");
+    assert_eq!(resources[4]["method"], "POST");
+
+    let api = e
+        .openapi(&OpenApiInfo::new("Paid API", "1.0.0").description("x402 example"), Some("https://api.example.com"))
+        .await;
+    assert_eq!(api["openapi"], "3.1.0");
+    let op = &api["paths"]["/weather/{city}"]["get"];
+    assert_eq!(op["x-payment-info"]["accepts"][0]["amount"], "1000");
+    assert!(op["responses"].get("402").is_some());
+    let params: Vec<(&str, &str)> = op["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["in"].as_str().unwrap(), p["name"].as_str().unwrap()))
+        .collect();
+    assert!(params.contains(&("path", "city")));
+    assert!(params.contains(&("query", "units")));
+    assert!(params.contains(&("header", "accept-language")));
+    let demo = &api["paths"]["/session/demo"]["get"]["x-payment-info"];
+    assert_eq!(demo["sessions"][0]["accepts"][0]["amount"], "50000");
+    assert_eq!(
+        api["paths"]["/forecast/{city}/{var1}"]["post"]["requestBody"]["content"]["application/json"]["example"],
+        json!({ "days": 3 })
+    );
+
+    // The enriched declarations of real 402s hold to their own schemas.
+    let weather_402 = challenge(&e, Method::GET, "/weather/paris").await;
+    let forecast_402 = challenge(&e, Method::POST, "/forecast/oslo/week").await;
+    validate(
+        &doc,
+        &api,
+        &[
+            &weather_402["extensions"]["bazaar"],
+            &forecast_402["extensions"]["bazaar"],
+            &weather["extensions"]["bazaar"],
+        ],
+    );
+}
+
+#[tokio::test]
+async fn the_validators_reject_broken_documents() {
+    // The validator run is real: a broken document fails it.
+    let e = engine();
+    let mut doc = e.discovery_document("https://api.example.com").await;
+    doc["resources"][0]["accepts"][0]["amount"] = json!("1.5");
+    let api = e.openapi(&OpenApiInfo::new("Paid API", "1.0.0"), None).await;
+    let js = js_dir();
+    let dir = std::env::temp_dir().join(format!("x402-discovery-bad-{}-{}", std::process::id(), rand_suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut bad_api = api.clone();
+    bad_api["paths"]["/weather/{city}"]["get"]["responses"] = json!({ "402": { "content": 1 } });
+    for (doc, api) in [(&doc, &api), (&e.discovery_document("https://api.example.com").await, &bad_api)] {
+        std::fs::write(dir.join("d.json"), serde_json::to_vec(doc).unwrap()).unwrap();
+        std::fs::write(dir.join("o.json"), serde_json::to_vec(api).unwrap()).unwrap();
+        let out = Command::new("node")
+            .arg(js.join("validate-discovery.mjs"))
+            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/discovery.schema.json"))
+            .arg(dir.join("d.json"))
+            .arg(dir.join("o.json"))
+            .current_dir(&js)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "a broken document passed");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
