@@ -17,9 +17,16 @@ if (!schemaPath || !docPath || !openapiPath) {
 const read = (p) => JSON.parse(readFileSync(p, "utf8"));
 let failed = false;
 
+// Strict: a mistake in the committed schema itself is an error too.
 const ajv = new Ajv2020({ allErrors: true, strict: true });
 addFormats(ajv);
-const validate = ajv.compile(read(schemaPath));
+let validate;
+try {
+  validate = ajv.compile(read(schemaPath));
+} catch (e) {
+  console.error("discovery schema does not compile:", e.message);
+  process.exit(1);
+}
 if (!validate(read(docPath))) {
   failed = true;
   console.error("discovery document invalid:", JSON.stringify(validate.errors, null, 2));

@@ -41,6 +41,7 @@ mod sol {
     alloy_sol_types::sol! {
         function mint(address to, uint256 amount) external;
         function balanceOf(address account) external view returns (uint256);
+        function approve(address spender, uint256 amount) external returns (bool);
     }
 }
 
@@ -234,6 +235,44 @@ pub async fn balance_of(provider: &DynProvider, token: Address, who: Address) ->
         .await
         .unwrap();
     sol::balanceOfCall::abi_decode_returns(&out).unwrap()
+}
+
+/// Installs the test Permit2 and the two x402 Permit2 proxies
+/// (`tests/js/contracts/TestPermit2.json`, `TestX402ExactPermit2Proxy.json`,
+/// `TestX402UptoPermit2Proxy.json`) at their canonical addresses with
+/// `anvil_setCode`. Do it before creating a chain ledger: it looks for them
+/// when it starts.
+pub async fn install_permit2(provider: &DynProvider) {
+    use x402_core::evm::{EXACT_PERMIT2_PROXY, PERMIT2_ADDRESS, UPTO_PERMIT2_PROXY};
+    for (artifact, address) in [
+        ("TestPermit2.json", PERMIT2_ADDRESS),
+        ("TestX402ExactPermit2Proxy.json", EXACT_PERMIT2_PROXY),
+        ("TestX402UptoPermit2Proxy.json", UPTO_PERMIT2_PROXY),
+    ] {
+        let path = js_dir().join("contracts").join(artifact);
+        let json: Value = serde_json::from_slice(
+            &std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display())),
+        )
+        .unwrap();
+        let code: Bytes = json["deployedBytecode"].as_str().unwrap().parse().unwrap();
+        provider
+            .raw_request::<_, Value>("anvil_setCode".into(), (address, code))
+            .await
+            .unwrap();
+    }
+}
+
+/// `token.approve(spender, amount)` signed by `owner`'s provider.
+pub async fn approve(owner: &DynProvider, token: Address, spender: Address, amount: U256) {
+    let call = sol::approveCall { spender, amount };
+    let receipt = send(
+        owner,
+        TransactionRequest::default()
+            .with_to(token)
+            .with_input(Bytes::from(call.abi_encode())),
+    )
+    .await;
+    assert!(receipt.status(), "approve reverted");
 }
 
 /// What `pay.mjs` reported.

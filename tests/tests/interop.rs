@@ -1,7 +1,9 @@
 //! Interop with the official x402 clients from npm (`@x402/fetch` v2 and the
 //! legacy `x402-fetch` v1): they pay the example server (`examples/paid-api`)
 //! running in process with the in-process facilitator on a local anvil chain,
-//! and the token really moves.
+//! and the token really moves: `exact` (EIP-3009) with both clients, and
+//! `upto` (Permit2, with the test Permit2 and x402 proxies installed on anvil)
+//! with the v2 client.
 //!
 //! Needs `tests/js/node_modules` (`npm ci` in `tests/js`) and node >= 20; the
 //! tests fail, with that instruction, when they are missing.
@@ -37,12 +39,24 @@ impl Drop for Chain {
 
 impl Chain {
     async fn start() -> Self {
+        Self::start_with(false).await
+    }
+
+    /// With `permit2`, the test Permit2 and the x402 Permit2 proxies are
+    /// installed at their canonical addresses and the payer approves Permit2
+    /// (what a wallet does once per token), so `upto` can settle.
+    async fn start_with(permit2: bool) -> Self {
         let anvil = Anvil::start();
         let provider = anvil.provider(accounts::KEY_0).await;
         let token = anvil::deploy_test_usdc(&provider, "USDC", "2").await;
         let payer = anvil::address_of(accounts::KEY_1);
         let payee = anvil::address_of(accounts::KEY_2);
         anvil::mint(&provider, token, payer, FUNDING).await;
+        if permit2 {
+            anvil::install_permit2(&provider).await;
+            let owner = anvil.provider(accounts::KEY_1).await;
+            anvil::approve(&owner, token, x402_core::evm::PERMIT2_ADDRESS, U256::MAX).await;
+        }
 
         // What EVM_RPC_URL, FACILITATOR_EVM_PRIVATE_KEY, EVM_ASSET* and
         // EVM_PAYEE_ADDRESS would configure.
@@ -96,7 +110,12 @@ async fn pays_exact(client: &str, receipt_header: &str, network: &str) {
     assert_eq!(chain.balances().await, (U256::from(FUNDING), U256::ZERO));
 
     let outcome = chain.pay(client, "/exact/evm/eip3009", &[]).await;
-    assert_eq!(outcome.exit_code, Some(0), "pay.mjs failed: {}", outcome.stderr);
+    assert_eq!(
+        outcome.exit_code,
+        Some(0),
+        "pay.mjs failed: {}",
+        outcome.stderr
+    );
     let json = &outcome.json;
     assert_eq!(json["status"], 200, "{json} {}", outcome.stderr);
     assert_eq!(json["paymentResponseHeader"], receipt_header, "{json}");
@@ -104,11 +123,16 @@ async fn pays_exact(client: &str, receipt_header: &str, network: &str) {
     assert_eq!(receipt["success"], true, "{json}");
     assert_eq!(receipt["network"], network, "{json}");
     assert!(
-        receipt["transaction"].as_str().is_some_and(|t| t.len() == 66),
+        receipt["transaction"]
+            .as_str()
+            .is_some_and(|t| t.len() == 66),
         "{json}"
     );
     let body: serde_json::Value = serde_json::from_str(json["body"].as_str().unwrap()).unwrap();
-    assert!(body["message"].is_string() && body["timestamp"].is_string(), "{body}");
+    assert!(
+        body["message"].is_string() && body["timestamp"].is_string(),
+        "{body}"
+    );
 
     assert_eq!(
         chain.balances().await,
@@ -125,4 +149,38 @@ async fn official_v2_client_pays_exact_on_anvil() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_v1_client_pays_exact_on_anvil() {
     pays_exact("v1", "X-PAYMENT-RESPONSE", "base-sepolia").await;
+}
+
+/// `upto` over Permit2 with the official v2 client's `UptoEvmScheme`: it
+/// authorises the ceiling (2000), the handler reports 1000, and exactly 1000
+/// moves on chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_v2_client_pays_upto_on_anvil_and_is_charged_the_usage() {
+    let chain = Chain::start_with(true).await;
+    let outcome = chain
+        .pay("v2", "/upto/evm/permit2", &["--schemes", "exact,upto"])
+        .await;
+    assert_eq!(
+        outcome.exit_code,
+        Some(0),
+        "pay.mjs failed: {}",
+        outcome.stderr
+    );
+    let json = &outcome.json;
+    assert_eq!(json["status"], 200, "{json} {}", outcome.stderr);
+    assert_eq!(json["paymentResponseHeader"], "PAYMENT-RESPONSE", "{json}");
+    let receipt = &json["paymentResponse"];
+    assert_eq!(receipt["success"], true, "{json}");
+    assert_eq!(receipt["amount"], "1000", "{json}");
+    assert!(
+        receipt["transaction"]
+            .as_str()
+            .is_some_and(|t| t.len() == 66),
+        "{json}"
+    );
+    assert_eq!(
+        chain.balances().await,
+        (U256::from(FUNDING - 1_000), U256::from(1_000)),
+        "the upto payment must move exactly the 1000 the handler reported"
+    );
 }

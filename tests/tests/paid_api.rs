@@ -305,7 +305,7 @@ async fn the_dev_ledger_refuses_mainnets() {
         asset: paid_api::AssetConfig::default_for("eip155:8453").unwrap(),
         ..Config::dev()
     };
-    let error = paid_api::app(config).await.err().expect("mainnet accepted");
+    let error = paid_api::app(config).await.expect_err("mainnet accepted");
     assert!(error.to_string().contains("mainnet"), "{error}");
 }
 
@@ -345,4 +345,71 @@ fn config_from_env_reads_the_contract_variables() {
     ));
     // The key never reaches a log.
     assert!(!format!("{config:?}").contains("0x01"));
+}
+
+#[tokio::test]
+async fn webhook_url_gets_a_signed_payment_settled_event() {
+    use axum::{body::Bytes, http::HeaderMap, routing::post, Router};
+    use std::sync::{Arc, Mutex};
+    use x402_core::webhook::{WebhookSecret, WebhookVerifier};
+
+    // A receiver that records what it gets.
+    let received: Arc<Mutex<Vec<(HeaderMap, Bytes)>>> = Arc::default();
+    let sink = received.clone();
+    let receiver = Router::new().route(
+        "/hook",
+        post(move |headers: HeaderMap, body: Bytes| {
+            let sink = sink.clone();
+            async move { sink.lock().unwrap().push((headers, body)) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook_url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, receiver).await });
+
+    let secret = WebhookSecret::generate().to_whsec();
+    let config = Config {
+        webhook: Some((hook_url, secret.clone())),
+        ..Config::dev()
+    };
+    let (router, state) = paid_api::app(config).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(paid_api::serve(listener, router, state.clone()));
+    let server = Server {
+        base,
+        state,
+        task: tokio::spawn(async { Ok(()) }),
+        client: reqwest::Client::new(),
+    };
+
+    let payer = funded(&server, 1_000);
+    let (v2, _) = challenge(&server, "/exact/evm/eip3009").await;
+    let header = v2_payment(&payer, &v2["accepts"][0]);
+    let response = server
+        .get("/exact/evm/eip3009", &[("PAYMENT-SIGNATURE", &header)])
+        .await;
+    assert_eq!(response.status(), 200);
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (headers, body) = loop {
+        if let Some(first) = received.lock().unwrap().first().cloned() {
+            break first;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no webhook within 10 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let verifier = WebhookVerifier::from_whsec([secret.as_str()]).unwrap();
+    verifier.verify(&headers, &body).unwrap();
+    let event: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(event["type"], "payment.settled", "{event}");
+    assert_eq!(event["data"]["amount"], "1000", "{event}");
+    assert_eq!(
+        event["data"]["payer"],
+        payer.address().to_checksum(None),
+        "{event}"
+    );
 }

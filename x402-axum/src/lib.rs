@@ -39,6 +39,9 @@
 
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
+#[cfg(any(feature = "discovery", feature = "prometheus"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "discovery", feature = "prometheus"))))]
+pub mod discovery;
 mod extract;
 #[cfg(feature = "facilitator-server")]
 #[cfg_attr(docsrs, doc(cfg(feature = "facilitator-server")))]

@@ -35,7 +35,8 @@
 //! wrapping. Alert on it reaching `u64::MAX`; the receipts (webhooks) remain
 //! the source of truth.
 //!
-//! Label values are bounded: routes are the route patterns; reasons longer
+//! Label values are bounded: routes are the route patterns, networks and
+//! assets those of the offers; reasons longer
 //! than 64 characters or with characters outside `[A-Za-z0-9_.:-]` (free text
 //! from a facilitator) are recorded as `other`.
 
@@ -155,7 +156,15 @@ mod enabled {
     pub(super) fn inc(name: &'static str, labels: &[(&'static str, &str)]) {
         let labels: Vec<::metrics::Label> = labels
             .iter()
-            .map(|(k, v)| ::metrics::Label::new(*k, label(v)))
+            .map(|(k, v)| {
+                // Reasons may be a facilitator's free text; routes are patterns.
+                let v = if *k == "reason" {
+                    label(v)
+                } else {
+                    (*v).to_owned()
+                };
+                ::metrics::Label::new(*k, v)
+            })
             .collect();
         counter!(name, labels).increment(1);
     }
@@ -177,7 +186,7 @@ mod enabled {
     pub(super) fn amount(network: &str, asset: &str, amount: AtomicAmount) {
         static TOTALS: OnceLock<Totals> = OnceLock::new();
         let add = u64::try_from(amount.get()).unwrap_or(u64::MAX);
-        let key = (label(network), asset.to_ascii_lowercase());
+        let key = (network.to_owned(), asset.to_ascii_lowercase());
         let total = {
             let mut totals = TOTALS
                 .get_or_init(Totals::default)
@@ -187,12 +196,7 @@ mod enabled {
             *t = t.saturating_add(add);
             *t
         };
-        let asset = if key.1.len() <= 128 {
-            key.1
-        } else {
-            "other".to_owned()
-        };
-        counter!(AMOUNT_SETTLED_TOTAL, "network" => key.0, "asset" => asset).absolute(total);
+        counter!(AMOUNT_SETTLED_TOTAL, "network" => key.0, "asset" => key.1).absolute(total);
     }
 
     /// A [`ClaimStore`] that records `x402_claim_store_seconds{op, outcome}`

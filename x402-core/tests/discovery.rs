@@ -95,14 +95,19 @@ fn engine() -> Engine {
             Route::post("/forecast/{city}/*")
                 .offer(Offer::exact(NETWORK, "$0.01", PAY_TO))
                 .resource_url("https://api.example.com/forecast")
-                .bazaar(Bazaar::json_body(json!({ "days": 3 })).output_example(json!({ "days": [] }))),
+                .bazaar(
+                    Bazaar::json_body(json!({ "days": 3 })).output_example(json!({ "days": [] })),
+                ),
         )
         .build()
         .unwrap()
 }
 
 fn request(method: Method, path: &str, headers: &[(&str, &str)]) -> http::request::Parts {
-    let mut builder = http::Request::builder().method(method).uri(path).header("host", "api.example.com");
+    let mut builder = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "api.example.com");
     for (k, v) in headers {
         builder = builder.header(*k, *v);
     }
@@ -127,8 +132,14 @@ async fn the_402_of_a_parameterised_route_carries_the_enriched_bazaar() {
     assert_eq!(bazaar["routeTemplate"], "/weather/:city");
     assert_eq!(bazaar["info"]["input"]["type"], "http");
     assert_eq!(bazaar["info"]["input"]["method"], "GET");
-    assert_eq!(bazaar["info"]["input"]["pathParams"], json!({ "city": "paris" }));
-    assert_eq!(bazaar["info"]["input"]["queryParams"], json!({ "units": "metric" }));
+    assert_eq!(
+        bazaar["info"]["input"]["pathParams"],
+        json!({ "city": "paris" })
+    );
+    assert_eq!(
+        bazaar["info"]["input"]["queryParams"],
+        json!({ "units": "metric" })
+    );
     assert_eq!(bazaar["info"]["output"]["example"]["celsius"], 21);
     let input_schema = &bazaar["schema"]["properties"]["input"];
     assert_eq!(input_schema["additionalProperties"], false);
@@ -142,14 +153,23 @@ async fn the_402_of_a_parameterised_route_carries_the_enriched_bazaar() {
             "additionalProperties": false
         })
     );
-    assert_eq!(bazaar["schema"]["$schema"], "https://json-schema.org/draft/2020-12/schema");
+    assert_eq!(
+        bazaar["schema"]["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
 
     // Per request: another city, another verb.
     let required = challenge(&e, Method::HEAD, "/weather/Lyon").await;
     let bazaar = &required["extensions"]["bazaar"];
     assert_eq!(bazaar["info"]["input"]["method"], "HEAD");
-    assert_eq!(bazaar["schema"]["properties"]["input"]["properties"]["method"]["enum"], json!(["HEAD"]));
-    assert_eq!(bazaar["info"]["input"]["pathParams"]["city"], "lyon", "paths are matched lower-cased");
+    assert_eq!(
+        bazaar["schema"]["properties"]["input"]["properties"]["method"]["enum"],
+        json!(["HEAD"])
+    );
+    assert_eq!(
+        bazaar["info"]["input"]["pathParams"]["city"], "lyon",
+        "paths are matched lower-cased"
+    );
 }
 
 #[tokio::test]
@@ -158,25 +178,39 @@ async fn a_fixed_resource_url_does_not_freeze_the_bazaar() {
     // `*` becomes `:var1`; the route's resource URL is fixed (pre-encodable),
     // but its bazaar still follows the request.
     let required = challenge(&e, Method::POST, "/forecast/oslo/week").await;
-    assert_eq!(required["resource"]["url"], "https://api.example.com/forecast");
+    assert_eq!(
+        required["resource"]["url"],
+        "https://api.example.com/forecast"
+    );
     let bazaar = &required["extensions"]["bazaar"];
     assert_eq!(bazaar["routeTemplate"], "/forecast/:city/:var1");
-    assert_eq!(bazaar["info"]["input"]["pathParams"], json!({ "city": "oslo", "var1": "week" }));
+    assert_eq!(
+        bazaar["info"]["input"]["pathParams"],
+        json!({ "city": "oslo", "var1": "week" })
+    );
     assert_eq!(bazaar["info"]["input"]["method"], "POST");
     assert_eq!(bazaar["info"]["input"]["bodyType"], "json");
     assert_eq!(bazaar["info"]["input"]["body"], json!({ "days": 3 }));
     let required = challenge(&e, Method::POST, "/forecast/rome/day").await;
-    assert_eq!(required["extensions"]["bazaar"]["info"]["input"]["pathParams"]["city"], "rome");
+    assert_eq!(
+        required["extensions"]["bazaar"]["info"]["input"]["pathParams"]["city"],
+        "rome"
+    );
 }
 
 #[tokio::test]
 async fn routes_without_bazaar_have_no_bazaar_and_keep_their_challenge() {
     let e = engine();
     let a = challenge(&e, Method::GET, "/exact/evm/eip3009").await;
-    assert!(a.get("extensions").is_none_or(|x| x.get("bazaar").is_none()));
+    assert!(a
+        .get("extensions")
+        .is_none_or(|x| x.get("bazaar").is_none()));
     let s = challenge(&e, Method::GET, "/session/demo").await;
     assert!(s["extensions"].get("bazaar").is_none());
-    assert_eq!(s["extensions"]["session"]["info"]["offers"][0]["id"], "demo-100");
+    assert_eq!(
+        s["extensions"]["session"]["info"]["offers"][0]["id"],
+        "demo-100"
+    );
 }
 
 #[tokio::test]
@@ -190,12 +224,17 @@ async fn a_settlement_failure_402_carries_the_enriched_bazaar() {
             "signature": format!("0x{}", "11".repeat(65)),
             "authorization": {
                 "from": PAYER, "to": PAY_TO, "value": "1000", "validAfter": "0",
-                "validBefore": "99999999999", "nonce": format!("0x{}", "ab".repeat(32))
+                "validBefore": (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 300).to_string(),
+                "nonce": format!("0x{}", "ab".repeat(32))
             }
         }
     });
     let header = codec::encode(&payment).unwrap();
-    let parts = request(Method::GET, "/weather/nice", &[("payment-signature", &header)]);
+    let parts = request(
+        Method::GET,
+        "/weather/nice",
+        &[("payment-signature", &header)],
+    );
     let Decision::Paid(paid) = e.process(RequestView::from_parts(&parts)).await else {
         panic!("expected a verified payment");
     };
@@ -206,7 +245,10 @@ async fn a_settlement_failure_402_carries_the_enriched_bazaar() {
     assert_eq!(r.status(), 402);
     let v: Value = codec::decode(r.headers()["payment-required"].as_bytes(), 1 << 16).unwrap();
     assert_eq!(v["error"], "insufficient_funds");
-    assert_eq!(v["extensions"]["bazaar"]["info"]["input"]["pathParams"]["city"], "nice");
+    assert_eq!(
+        v["extensions"]["bazaar"]["info"]["input"]["pathParams"]["city"],
+        "nice"
+    );
 }
 
 fn js_dir() -> PathBuf {
@@ -219,12 +261,19 @@ fn validate(document: &Value, openapi: &Value, declarations: &[&Value]) {
     let js = js_dir();
     for package in ["ajv", "ajv-formats", "@apidevtools/swagger-parser"] {
         assert!(
-            js.join("node_modules").join(package).join("package.json").exists(),
+            js.join("node_modules")
+                .join(package)
+                .join("package.json")
+                .exists(),
             "the validator package {package} is not installed: run `npm ci` in tests/js \
              (scripts/test-all.sh does it)"
         );
     }
-    let dir = std::env::temp_dir().join(format!("x402-discovery-{}-{}", std::process::id(), rand_suffix()));
+    let dir = std::env::temp_dir().join(format!(
+        "x402-discovery-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let write = |name: &str, v: &Value| {
         let p = dir.join(name);
@@ -276,31 +325,46 @@ async fn discovery_and_openapi_documents_validate() {
     let resources = doc["resources"].as_array().unwrap();
     assert_eq!(resources.len(), 5);
     let exact = &resources[0];
-    assert_eq!(exact["resource"], "https://api.example.com/exact/evm/eip3009");
+    assert_eq!(
+        exact["resource"],
+        "https://api.example.com/exact/evm/eip3009"
+    );
     assert_eq!(exact["method"], "GET");
     assert_eq!(exact["accepts"][0]["amount"], "1000");
     assert_eq!(exact["accepts"][0]["scheme"], "exact");
     let upto = &resources[1];
     assert_eq!(upto["accepts"][0]["scheme"], "upto");
     assert_eq!(upto["accepts"][0]["amount"], "2000");
-    assert_eq!(upto["accepts"][0]["extra"]["facilitatorAddress"], UPTO_FACILITATOR);
+    assert_eq!(
+        upto["accepts"][0]["extra"]["facilitatorAddress"],
+        UPTO_FACILITATOR
+    );
     let session = &resources[2];
     assert_eq!(session["accepts"][0]["amount"], "1000");
     assert_eq!(session["sessions"][0]["id"], "demo-100");
     assert_eq!(session["sessions"][0]["calls"], 100);
     assert_eq!(session["sessions"][0]["ttlSeconds"], 3600);
     assert_eq!(session["sessions"][0]["accepts"][0]["amount"], "50000");
-    assert!(session["extensions"].get("session").is_none(), "sessions are listed once");
+    assert!(
+        session["extensions"].get("session").is_none(),
+        "sessions are listed once"
+    );
     let weather = &resources[3];
     assert_eq!(weather["resource"], "https://api.example.com/weather/:city");
     assert_eq!(weather["routeTemplate"], "/weather/:city");
     assert_eq!(weather["pathParams"], json!(["city"]));
-    assert_eq!(weather["extensions"]["bazaar"]["info"]["input"]["method"], "GET");
+    assert_eq!(
+        weather["extensions"]["bazaar"]["info"]["input"]["method"],
+        "GET"
+    );
     assert_eq!(resources[4]["resource"], "https://api.example.com/forecast");
     assert_eq!(resources[4]["method"], "POST");
 
     let api = e
-        .openapi(&OpenApiInfo::new("Paid API", "1.0.0").description("x402 example"), Some("https://api.example.com"))
+        .openapi(
+            &OpenApiInfo::new("Paid API", "1.0.0").description("x402 example"),
+            Some("https://api.example.com"),
+        )
         .await;
     assert_eq!(api["openapi"], "3.1.0");
     let op = &api["paths"]["/weather/{city}"]["get"];
@@ -318,7 +382,8 @@ async fn discovery_and_openapi_documents_validate() {
     let demo = &api["paths"]["/session/demo"]["get"]["x-payment-info"];
     assert_eq!(demo["sessions"][0]["accepts"][0]["amount"], "50000");
     assert_eq!(
-        api["paths"]["/forecast/{city}/{var1}"]["post"]["requestBody"]["content"]["application/json"]["example"],
+        api["paths"]["/forecast/{city}/{var1}"]["post"]["requestBody"]["content"]
+            ["application/json"]["example"],
         json!({ "days": 3 })
     );
 
@@ -342,13 +407,23 @@ async fn the_validators_reject_broken_documents() {
     let e = engine();
     let mut doc = e.discovery_document("https://api.example.com").await;
     doc["resources"][0]["accepts"][0]["amount"] = json!("1.5");
-    let api = e.openapi(&OpenApiInfo::new("Paid API", "1.0.0"), None).await;
+    let api = e
+        .openapi(&OpenApiInfo::new("Paid API", "1.0.0"), None)
+        .await;
     let js = js_dir();
-    let dir = std::env::temp_dir().join(format!("x402-discovery-bad-{}-{}", std::process::id(), rand_suffix()));
+    let dir = std::env::temp_dir().join(format!(
+        "x402-discovery-bad-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let mut bad_api = api.clone();
     bad_api["paths"]["/weather/{city}"]["get"]["responses"] = json!({ "402": { "content": 1 } });
-    for (doc, api) in [(&doc, &api), (&e.discovery_document("https://api.example.com").await, &bad_api)] {
+    let good_doc = e.discovery_document("https://api.example.com").await;
+    for (doc, api, expected) in [
+        (&doc, &api, "discovery document invalid"),
+        (&good_doc, &bad_api, "OpenAPI document invalid"),
+    ] {
         std::fs::write(dir.join("d.json"), serde_json::to_vec(doc).unwrap()).unwrap();
         std::fs::write(dir.join("o.json"), serde_json::to_vec(api).unwrap()).unwrap();
         let out = Command::new("node")
@@ -359,7 +434,12 @@ async fn the_validators_reject_broken_documents() {
             .current_dir(&js)
             .output()
             .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "a broken document passed");
+        assert!(
+            stderr.contains(expected),
+            "expected {expected:?}, got:\n{stderr}"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,6 +1,8 @@
 //! The in-process facilitator's `upto` scheme over Permit2 (and `exact` over
-//! Permit2) on the dev ledger: through the engine (`process` + `complete`
-//! with a metered handler) and directly.
+//! Permit2): on the dev ledger through the engine (`process` + `complete`
+//! with a metered handler) and directly, and (feature `chain`) on a local
+//! anvil node with minimal Permit2 and x402 proxy contracts placed at the
+//! canonical addresses.
 
 #![cfg(feature = "local-facilitator")]
 // The helpers (and `common`) are test code too, though not `#[test]` functions.
@@ -178,11 +180,16 @@ fn request(
 
 /// A seller: `GET /m` is metered, up to [`CEILING`] of [`TOKEN`].
 fn engine(facilitator: Arc<LocalFacilitator>) -> Engine {
+    engine_for(facilitator, TOKEN)
+}
+
+/// A seller: `GET /m` is metered, up to [`CEILING`] of `token`.
+fn engine_for(facilitator: Arc<LocalFacilitator>, token: Address) -> Engine {
     Engine::builder_arc(facilitator)
         .route(
             Route::get("/m").offer(
                 Offer::upto(NETWORK, CEILING.to_string(), PAYEE.to_checksum(None))
-                    .asset(Asset::new(TOKEN.to_checksum(None), 6).eip712("USDC", "2")),
+                    .asset(Asset::new(token.to_checksum(None), 6).eip712("USDC", "2")),
             ),
         )
         .build()
@@ -904,4 +911,402 @@ async fn supported_kinds_parse_as_json() {
         .unwrap();
     assert_eq!(upto["x402Version"], 2);
     assert_eq!(upto["network"], NETWORK);
+}
+
+/// The same flows on a local anvil node, with our minimal Permit2 and x402
+/// proxies (`tests/js/contracts/TestPermit2.sol`) placed at the canonical
+/// addresses with `anvil_setCode`.
+#[cfg(feature = "chain")]
+mod chain {
+    use std::borrow::Cow;
+
+    use alloy_network::TransactionBuilder;
+    use alloy_primitives::{Bytes, B256};
+    use alloy_provider::{DynProvider, Provider};
+    use alloy_rpc_types_eth::TransactionRequest;
+    use alloy_sol_types::SolCall;
+    use x402_core::{evm::PERMIT2_ADDRESS, local::ChainLedger};
+
+    use super::*;
+    use common::anvil::{self, Anvil, DEPLOYER_KEY, FACILITATOR_KEY};
+
+    alloy_sol_types::sol! {
+        function approve(address spender, uint256 value) external returns (bool);
+
+        struct TokenPermissions {
+            address token;
+            uint256 amount;
+        }
+
+        struct PermitTransferFrom {
+            TokenPermissions permitted;
+            uint256 nonce;
+            uint256 deadline;
+        }
+
+        struct UptoWitness {
+            address to;
+            address facilitator;
+            uint256 validAfter;
+        }
+
+        function settle(
+            PermitTransferFrom permit,
+            uint256 amount,
+            address owner,
+            UptoWitness witness,
+            bytes signature
+        ) external;
+    }
+
+    /// `eth_call`s the upto proxy's `settle` for `payload` from `caller`,
+    /// with `witness.to` replaced by `to`: the revert message, if any.
+    async fn call_upto_proxy(
+        provider: &DynProvider,
+        caller: Address,
+        payload: &Permit2Payload,
+        amount: u64,
+        to: Address,
+    ) -> Option<String> {
+        let auth = &payload.permit2_authorization;
+        let call = settleCall {
+            permit: PermitTransferFrom {
+                permitted: TokenPermissions {
+                    token: auth.permitted.token,
+                    amount: auth.permitted.amount.get(),
+                },
+                nonce: auth.nonce,
+                deadline: auth.deadline,
+            },
+            amount: U256::from(amount),
+            owner: auth.from,
+            witness: UptoWitness {
+                to,
+                facilitator: auth.witness.facilitator.unwrap(),
+                validAfter: auth.witness.valid_after,
+            },
+            signature: payload.signature.clone(),
+        };
+        let request = TransactionRequest::default()
+            .with_from(caller)
+            .with_to(UPTO_PERMIT2_PROXY)
+            .with_input(Bytes::from(call.abi_encode()));
+        match provider.call(request).await {
+            Ok(_) => None,
+            Err(e) => Some(e.to_string()),
+        }
+    }
+
+    /// The runtime code of a contract from its committed artifact.
+    fn runtime_code(contract: &str) -> Bytes {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("../tests/js/contracts/{contract}.json"));
+        let artifact: Value = serde_json::from_slice(
+            &std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display())),
+        )
+        .unwrap();
+        artifact["deployedBytecode"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    async fn set_code(provider: &DynProvider, at: Address, code: Bytes) {
+        provider
+            .raw_request::<_, ()>(Cow::Borrowed("anvil_setCode"), (at, code))
+            .await
+            .unwrap();
+    }
+
+    struct Chain {
+        anvil: Anvil,
+        url: String,
+        deployer: DynProvider,
+        token: Address,
+    }
+
+    impl Chain {
+        /// anvil with TestUSDC deployed; Permit2 and the proxies placed when
+        /// `permit2` is set.
+        async fn start(permit2: bool) -> Self {
+            let anvil = Anvil::start();
+            let deployer = anvil.provider(DEPLOYER_KEY).await;
+            if permit2 {
+                set_code(&deployer, PERMIT2_ADDRESS, runtime_code("TestPermit2")).await;
+                set_code(
+                    &deployer,
+                    UPTO_PERMIT2_PROXY,
+                    runtime_code("TestX402UptoPermit2Proxy"),
+                )
+                .await;
+                set_code(
+                    &deployer,
+                    EXACT_PERMIT2_PROXY,
+                    runtime_code("TestX402ExactPermit2Proxy"),
+                )
+                .await;
+            }
+            let token = anvil::deploy_test_usdc(&deployer, "USDC", "2").await;
+            Self {
+                url: anvil.url.clone(),
+                anvil,
+                deployer,
+                token,
+            }
+        }
+
+        async fn facilitator(&self) -> (Address, Arc<LocalFacilitator>) {
+            let ledger = ChainLedger::new(&self.url, FACILITATOR_KEY).await.unwrap();
+            let signer = x402_core::local::Ledger::signer(&ledger);
+            let facilitator = LocalFacilitator::builder(ledger)
+                .network(NETWORK)
+                .build()
+                .unwrap();
+            (signer, Arc::new(facilitator))
+        }
+
+        /// A funded payer with gas; approves Permit2 when `approve` is set.
+        async fn payer(&self, approve: bool) -> PrivateKeySigner {
+            let key = payer();
+            self.deployer
+                .raw_request::<_, ()>(
+                    Cow::Borrowed("anvil_setBalance"),
+                    (key.address(), U256::from(10u64).pow(U256::from(18u8))),
+                )
+                .await
+                .unwrap();
+            anvil::mint(&self.deployer, self.token, key.address(), FUNDS).await;
+            if approve {
+                let provider = self.anvil.provider(&format!("{:#x}", key.to_bytes())).await;
+                let call = approveCall {
+                    spender: PERMIT2_ADDRESS,
+                    value: U256::MAX,
+                };
+                let receipt = anvil::send(
+                    &provider,
+                    TransactionRequest::default()
+                        .with_to(self.token)
+                        .with_input(Bytes::from(call.abi_encode())),
+                )
+                .await;
+                assert!(receipt.status(), "approve reverted");
+            }
+            key
+        }
+
+        async fn balance(&self, who: Address) -> U256 {
+            anvil::balance_of(&self.deployer, self.token, who).await
+        }
+    }
+
+    #[tokio::test]
+    async fn anvil_upto_settles_the_metered_charge_through_the_proxy() {
+        let chain = Chain::start(true).await;
+        let (signer, facilitator) = chain.facilitator().await;
+        let supported = facilitator.supported().await.unwrap();
+        let kind = supported.kind(X402Version::V2, "upto", NETWORK).unwrap();
+        assert_eq!(
+            kind.extra.as_ref().unwrap()["facilitatorAddress"],
+            json!(signer.to_checksum(None))
+        );
+
+        let engine = engine_for(facilitator.clone(), chain.token);
+        let accepted = challenge(&engine).await;
+        assert_eq!(
+            accepted.extra["facilitatorAddress"],
+            json!(signer.to_checksum(None))
+        );
+        let key = chain.payer(true).await;
+        let permit = Permit {
+            token: chain.token,
+            facilitator: Some(signer),
+            ..Permit::upto()
+        };
+        let payload = permit.sign(&key);
+
+        let receipt = pay_metered(&engine, &accepted, &payload, Some(740)).await;
+        assert!(receipt.success, "{receipt:?}");
+        assert_eq!(receipt.amount, Some(AtomicAmount::from(740u64)));
+        let hash: B256 = receipt.transaction.parse().unwrap();
+        let mined = chain
+            .deployer
+            .get_transaction_receipt(hash)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(mined.status());
+        assert_eq!(mined.to, Some(UPTO_PERMIT2_PROXY));
+        assert_eq!(chain.balance(key.address()).await, U256::from(FUNDS - 740));
+        assert_eq!(chain.balance(PAYEE).await, U256::from(740u64));
+
+        // The nonce is spent on Permit2: a replay is refused, nothing moves.
+        let verdict = facilitator
+            .verify(&request(&accepted, &payload, CEILING))
+            .await
+            .unwrap();
+        assert_eq!(
+            verdict.invalid_reason.as_deref(),
+            Some(reason::PERMIT2_INVALID_NONCE)
+        );
+        let replay = facilitator
+            .settle(&request(&accepted, &payload, 740))
+            .await
+            .unwrap();
+        assert_eq!(
+            replay.error_reason.as_deref(),
+            Some(reason::PERMIT2_INVALID_NONCE)
+        );
+
+        // Over the ceiling: charged the ceiling.
+        let payload = Permit {
+            token: chain.token,
+            facilitator: Some(signer),
+            ..Permit::upto()
+        }
+        .sign(&key);
+        let receipt = pay_metered(&engine, &accepted, &payload, Some(CEILING * 2)).await;
+        assert!(receipt.success, "{receipt:?}");
+        assert_eq!(receipt.amount, Some(AtomicAmount::from(CEILING)));
+
+        // Zero usage: no transaction, nothing moves.
+        let payload = Permit {
+            token: chain.token,
+            facilitator: Some(signer),
+            ..Permit::upto()
+        }
+        .sign(&key);
+        let receipt = pay_metered(&engine, &accepted, &payload, Some(0)).await;
+        assert!(receipt.success, "{receipt:?}");
+        assert_eq!(receipt.transaction, "");
+
+        // Above the permitted amount, directly: refused before any transaction.
+        let receipt = facilitator
+            .settle(&request(&accepted, &payload, CEILING + 1))
+            .await
+            .unwrap();
+        assert_eq!(
+            receipt.error_reason.as_deref(),
+            Some(reason::UPTO_SETTLEMENT_EXCEEDS_AMOUNT)
+        );
+
+        // Another facilitator in the witness: refused.
+        let other = Permit {
+            token: chain.token,
+            facilitator: Some(address!("1111111111111111111111111111111111111111")),
+            ..Permit::upto()
+        }
+        .sign(&key);
+        let verdict = facilitator
+            .verify(&request(&accepted, &other, CEILING))
+            .await
+            .unwrap();
+        assert_eq!(
+            verdict.invalid_reason.as_deref(),
+            Some(reason::UPTO_FACILITATOR_MISMATCH)
+        );
+
+        assert_eq!(
+            chain.balance(key.address()).await,
+            U256::from(FUNDS - 740 - CEILING)
+        );
+        assert_eq!(chain.balance(PAYEE).await, U256::from(740 + CEILING));
+    }
+
+    #[tokio::test]
+    async fn anvil_permit2_refusals_and_exact_over_permit2() {
+        let chain = Chain::start(true).await;
+        let (signer, facilitator) = chain.facilitator().await;
+        let mut accepted = upto_requirements();
+        accepted.asset = chain.token.to_checksum(None);
+        accepted
+            .extra
+            .insert("facilitatorAddress".into(), json!(signer.to_checksum(None)));
+
+        // No approval to Permit2.
+        let unapproved = chain.payer(false).await;
+        let payload = Permit {
+            token: chain.token,
+            facilitator: Some(signer),
+            ..Permit::upto()
+        }
+        .sign(&unapproved);
+        let verdict = facilitator
+            .verify(&request(&accepted, &payload, CEILING))
+            .await
+            .unwrap();
+        assert_eq!(
+            verdict.invalid_reason.as_deref(),
+            Some(reason::PERMIT2_ALLOWANCE_REQUIRED)
+        );
+
+        // Exact over Permit2 moves exactly the price.
+        let key = chain.payer(true).await;
+        let mut exact = accepted.clone();
+        exact.scheme = "exact".into();
+        exact.extra.remove("facilitatorAddress");
+        let payload = Permit {
+            token: chain.token,
+            spender: EXACT_PERMIT2_PROXY,
+            facilitator: None,
+            ..Permit::upto()
+        }
+        .sign(&key);
+        let paid = request(&exact, &payload, CEILING);
+        let verdict = facilitator.verify(&paid).await.unwrap();
+        assert!(verdict.is_valid, "{verdict:?}");
+        let receipt = facilitator.settle(&paid).await.unwrap();
+        assert!(receipt.success, "{receipt:?}");
+        assert_eq!(
+            chain.balance(key.address()).await,
+            U256::from(FUNDS - CEILING)
+        );
+        assert_eq!(chain.balance(PAYEE).await, U256::from(CEILING));
+        assert_eq!(chain.balance(unapproved.address()).await, U256::from(FUNDS));
+    }
+
+    #[tokio::test]
+    async fn anvil_contracts_enforce_the_permit() {
+        let chain = Chain::start(true).await;
+        let (signer, _) = chain.facilitator().await;
+        let key = chain.payer(true).await;
+        let payload = Permit {
+            token: chain.token,
+            facilitator: Some(signer),
+            ..Permit::upto()
+        }
+        .sign(&key);
+        let p = &chain.deployer;
+
+        // The permit as signed, from the witness's facilitator: accepted.
+        assert_eq!(call_upto_proxy(p, signer, &payload, 740, PAYEE).await, None);
+        // From anyone else: refused by the proxy.
+        let other = key.address();
+        let err = call_upto_proxy(p, other, &payload, 740, PAYEE)
+            .await
+            .unwrap();
+        assert!(err.contains("unauthorized facilitator"), "{err}");
+        // Above the permitted amount: refused by the proxy.
+        let err = call_upto_proxy(p, signer, &payload, CEILING + 1, PAYEE)
+            .await
+            .unwrap();
+        assert!(err.contains("amount exceeds permitted"), "{err}");
+        // Another recipient than signed: the witness hash differs, so Permit2
+        // recovers another signer.
+        let thief = address!("5555555555555555555555555555555555555555");
+        let err = call_upto_proxy(p, signer, &payload, 740, thief)
+            .await
+            .unwrap();
+        assert!(err.contains("invalid signer"), "{err}");
+        assert_eq!(chain.balance(key.address()).await, U256::from(FUNDS));
+    }
+
+    #[tokio::test]
+    async fn anvil_without_permit2_lists_no_upto() {
+        let chain = Chain::start(false).await;
+        let (_, facilitator) = chain.facilitator().await;
+        let supported = facilitator.supported().await.unwrap();
+        assert!(supported.kind(X402Version::V2, "upto", NETWORK).is_none());
+        assert!(supported.kind(X402Version::V2, "exact", NETWORK).is_some());
+    }
 }

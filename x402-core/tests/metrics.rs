@@ -44,7 +44,10 @@ struct Scripted {
 impl Facilitator for Scripted {
     async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> {
         match self.mode.load(Ordering::SeqCst) {
-            INVALID => Ok(VerifyResponse::invalid("insufficient_funds", Some(PAYER.into()))),
+            INVALID => Ok(VerifyResponse::invalid(
+                "insufficient_funds",
+                Some(PAYER.into()),
+            )),
             VERIFY_DOWN => Err(FacilitatorError::Timeout),
             _ => Ok(VerifyResponse::valid(PAYER)),
         }
@@ -104,6 +107,14 @@ fn random_hex(n: usize) -> String {
     s
 }
 
+fn valid_before() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    (now + 300).to_string()
+}
+
 /// A `PAYMENT-SIGNATURE` for a row of a 402 (a fresh nonce each time).
 fn pay(row: &Value) -> String {
     codec::encode(&json!({
@@ -113,7 +124,7 @@ fn pay(row: &Value) -> String {
             "signature": random_hex(65),
             "authorization": {
                 "from": PAYER, "to": row["payTo"], "value": row["amount"], "validAfter": "0",
-                "validBefore": "99999999999", "nonce": random_hex(32)
+                "validBefore": valid_before(), "nonce": random_hex(32)
             }
         }
     }))
@@ -122,7 +133,13 @@ fn pay(row: &Value) -> String {
 
 /// One request through the engine; the handler answers `status`, with
 /// `handler_headers`. Returns the final status and headers.
-async fn call(engine: &Engine, path: &str, headers: &[(&str, &str)], status: StatusCode, handler_headers: HeaderMap) -> (StatusCode, HeaderMap) {
+async fn call(
+    engine: &Engine,
+    path: &str,
+    headers: &[(&str, &str)],
+    status: StatusCode,
+    handler_headers: HeaderMap,
+) -> (StatusCode, HeaderMap) {
     let mut builder = http::Request::get(path);
     for (k, v) in headers {
         builder = builder.header(*k, *v);
@@ -159,50 +176,122 @@ async fn script(f: Arc<Scripted>) {
     // 1 challenge; 1 paid (1000); its replay refused.
     let row = first_row(&e, "/exact/evm/eip3009").await;
     let header = pay(&row);
-    assert_eq!(get(&e, "/exact/evm/eip3009", &[("payment-signature", &header)]).await.0, 200);
-    assert_eq!(get(&e, "/exact/evm/eip3009", &[("payment-signature", &header)]).await.0, 402);
+    assert_eq!(
+        get(&e, "/exact/evm/eip3009", &[("payment-signature", &header)])
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        get(&e, "/exact/evm/eip3009", &[("payment-signature", &header)])
+            .await
+            .0,
+        402
+    );
 
     // Refused by the facilitator; facilitator down at verify.
     set(INVALID);
-    assert_eq!(get(&e, "/exact/evm/eip3009", &[("payment-signature", &pay(&row))]).await.0, 402);
+    assert_eq!(
+        get(
+            &e,
+            "/exact/evm/eip3009",
+            &[("payment-signature", &pay(&row))]
+        )
+        .await
+        .0,
+        402
+    );
     set(VERIFY_DOWN);
-    assert_eq!(get(&e, "/exact/evm/eip3009", &[("payment-signature", &pay(&row))]).await.0, 502);
+    assert_eq!(
+        get(
+            &e,
+            "/exact/evm/eip3009",
+            &[("payment-signature", &pay(&row))]
+        )
+        .await
+        .0,
+        502
+    );
 
     // Settlement refused; settlement outcome unknown.
     set(SETTLE_REFUSED);
-    assert_eq!(get(&e, "/exact/evm/eip3009", &[("payment-signature", &pay(&row))]).await.0, 402);
+    assert_eq!(
+        get(
+            &e,
+            "/exact/evm/eip3009",
+            &[("payment-signature", &pay(&row))]
+        )
+        .await
+        .0,
+        402
+    );
     set(SETTLE_DOWN);
-    assert_eq!(get(&e, "/exact/evm/eip3009", &[("payment-signature", &pay(&row))]).await.0, 502);
+    assert_eq!(
+        get(
+            &e,
+            "/exact/evm/eip3009",
+            &[("payment-signature", &pay(&row))]
+        )
+        .await
+        .0,
+        502
+    );
     set(OK);
 
     // A failed handler is not charged.
-    let (status, _) =
-        call(&e, "/exact/evm/eip3009", &[("payment-signature", &pay(&row))], StatusCode::INTERNAL_SERVER_ERROR, HeaderMap::new()).await;
+    let (status, _) = call(
+        &e,
+        "/exact/evm/eip3009",
+        &[("payment-signature", &pay(&row))],
+        StatusCode::INTERNAL_SERVER_ERROR,
+        HeaderMap::new(),
+    )
+    .await;
     assert_eq!(status, 500);
 
     // upto: charged 740 of 2000.
     let upto = first_row(&e, "/upto/evm/permit2").await;
     let mut report = HeaderMap::new();
     report.insert("settlement-overrides", HeaderValue::from_static("740"));
-    let (status, _) = call(&e, "/upto/evm/permit2", &[("payment-signature", &pay(&upto))], StatusCode::OK, report).await;
+    let (status, _) = call(
+        &e,
+        "/upto/evm/permit2",
+        &[("payment-signature", &pay(&upto))],
+        StatusCode::OK,
+        report,
+    )
+    .await;
     assert_eq!(status, 200);
 
     // A session bought (50000) and two calls redeemed.
     let (_, headers) = get(&e, "/session/demo", &[]).await;
     let v: Value = codec::decode(headers["payment-required"].as_bytes(), 1 << 16).unwrap();
     let session_row = v["extensions"]["session"]["info"]["offers"][0]["accepts"][0].clone();
-    let (status, headers) = get(&e, "/session/demo", &[("payment-signature", &pay(&session_row))]).await;
+    let (status, headers) = get(
+        &e,
+        "/session/demo",
+        &[("payment-signature", &pay(&session_row))],
+    )
+    .await;
     assert_eq!(status, 200);
     let token = headers["x-payment-session"].to_str().unwrap().to_owned();
     for _ in 0..2 {
-        assert_eq!(get(&e, "/session/demo", &[("x-payment-session", &token)]).await.0, 200);
+        assert_eq!(
+            get(&e, "/session/demo", &[("x-payment-session", &token)])
+                .await
+                .0,
+            200
+        );
     }
 }
 
 /// `name{k="v",...} value` lines, keyed by name and sorted labels.
 fn parse(text: &str) -> BTreeMap<(String, BTreeMap<String, String>), f64> {
     let mut out = BTreeMap::new();
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
         let (series, value) = line.rsplit_once(' ').unwrap();
         let (name, labels) = match series.split_once('{') {
             Some((n, rest)) => (n, rest.trim_end_matches('}')),
@@ -226,7 +315,10 @@ fn a_scripted_sequence_is_counted() {
     let recorder = PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
     let facilitator = Arc::new(Scripted::default());
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     metrics::with_local_recorder(&recorder, || {
         x402_core::metrics::describe();
         runtime.block_on(script(facilitator));
@@ -236,41 +328,149 @@ fn a_scripted_sequence_is_counted() {
     let value = |name: &str, labels: &[(&str, &str)]| {
         let key = (
             name.to_owned(),
-            labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+            labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
         );
-        series.get(&key).copied().unwrap_or_else(|| panic!("no {name}{labels:?} in:\n{text}"))
+        series
+            .get(&key)
+            .copied()
+            .unwrap_or_else(|| panic!("no {name}{labels:?} in:\n{text}"))
     };
     let exact = "/exact/evm/eip3009";
     // Challenges: the three unpaid requests, the replay, the invalid payment,
     // the refused settlement.
-    assert_eq!(value("x402_challenges_total", &[("route", exact), ("reason", "payment_required")]), 1.0);
-    assert_eq!(value("x402_challenges_total", &[("route", "/upto/evm/permit2"), ("reason", "payment_required")]), 1.0);
-    assert_eq!(value("x402_challenges_total", &[("route", "/session/demo"), ("reason", "payment_required")]), 1.0);
-    assert_eq!(value("x402_challenges_total", &[("route", exact), ("reason", "payment_replayed")]), 1.0);
-    assert_eq!(value("x402_challenges_total", &[("route", exact), ("reason", "insufficient_funds")]), 1.0);
-    assert_eq!(value("x402_challenges_total", &[("route", exact), ("reason", "transaction_failed")]), 1.0);
-    assert_eq!(value("x402_refusals_total", &[("route", exact), ("reason", "facilitator_unavailable")]), 1.0);
-    assert_eq!(value("x402_refusals_total", &[("route", exact), ("reason", "settlement_unknown")]), 1.0);
+    assert_eq!(
+        value(
+            "x402_challenges_total",
+            &[("route", exact), ("reason", "payment_required")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            "x402_challenges_total",
+            &[
+                ("route", "/upto/evm/permit2"),
+                ("reason", "payment_required")
+            ]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            "x402_challenges_total",
+            &[("route", "/session/demo"), ("reason", "payment_required")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            "x402_challenges_total",
+            &[("route", exact), ("reason", "payment_replayed")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            "x402_challenges_total",
+            &[("route", exact), ("reason", "insufficient_funds")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            "x402_challenges_total",
+            &[("route", exact), ("reason", "transaction_failed")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            "x402_refusals_total",
+            &[("route", exact), ("reason", "facilitator_unavailable")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            "x402_refusals_total",
+            &[("route", exact), ("reason", "settlement_unknown")]
+        ),
+        1.0
+    );
 
     // Verifications: every payment but the session calls.
-    assert_eq!(value("x402_verifications_total", &[("outcome", "valid"), ("reason", "")]), 7.0);
-    assert_eq!(value("x402_verifications_total", &[("outcome", "invalid"), ("reason", "insufficient_funds")]), 1.0);
-    assert_eq!(value("x402_verifications_total", &[("outcome", "error"), ("reason", "facilitator_unavailable")]), 1.0);
+    assert_eq!(
+        value(
+            "x402_verifications_total",
+            &[("outcome", "valid"), ("reason", "")]
+        ),
+        7.0
+    );
+    assert_eq!(
+        value(
+            "x402_verifications_total",
+            &[("outcome", "invalid"), ("reason", "insufficient_funds")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            "x402_verifications_total",
+            &[("outcome", "error"), ("reason", "facilitator_unavailable")]
+        ),
+        1.0
+    );
 
     // Settlements: exact, upto, session purchase; one refused, one unknown.
-    assert_eq!(value("x402_settlements_total", &[("outcome", "success"), ("reason", "")]), 3.0);
-    assert_eq!(value("x402_settlements_total", &[("outcome", "failure"), ("reason", "transaction_failed")]), 1.0);
-    assert_eq!(value("x402_settlements_total", &[("outcome", "error"), ("reason", "settlement_unknown")]), 1.0);
-    assert_eq!(value("x402_amount_settled_total", &[("network", NETWORK), ("asset", USDC)]), 1000.0 + 740.0 + 50000.0);
+    assert_eq!(
+        value(
+            "x402_settlements_total",
+            &[("outcome", "success"), ("reason", "")]
+        ),
+        3.0
+    );
+    assert_eq!(
+        value(
+            "x402_settlements_total",
+            &[("outcome", "failure"), ("reason", "transaction_failed")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            "x402_settlements_total",
+            &[("outcome", "error"), ("reason", "settlement_unknown")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            "x402_amount_settled_total",
+            &[("network", NETWORK), ("asset", USDC)]
+        ),
+        1000.0 + 740.0 + 50000.0
+    );
 
     assert_eq!(value("x402_replays_refused_total", &[]), 1.0);
     assert_eq!(value("x402_sessions_opened_total", &[]), 1.0);
     assert_eq!(value("x402_sessions_redeemed_total", &[]), 2.0);
 
     // Facilitator latency: one observation per call.
-    assert_eq!(value("x402_facilitator_seconds_count", &[("op", "verify")]), 9.0);
-    assert_eq!(value("x402_facilitator_seconds_count", &[("op", "settle")]), 5.0);
-    assert_eq!(value("x402_facilitator_seconds_count", &[("op", "supported")]), 1.0);
+    assert_eq!(
+        value("x402_facilitator_seconds_count", &[("op", "verify")]),
+        9.0
+    );
+    assert_eq!(
+        value("x402_facilitator_seconds_count", &[("op", "settle")]),
+        5.0
+    );
+    assert_eq!(
+        value("x402_facilitator_seconds_count", &[("op", "supported")]),
+        1.0
+    );
     assert!(text.contains("# HELP x402_challenges_total"));
 }
 
@@ -282,7 +482,10 @@ fn claim_store_latency_is_recorded_by_the_wrapper() {
     };
     let recorder = PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     metrics::with_local_recorder(&recorder, || {
         runtime.block_on(async {
             let store = TimedClaimStore::new(MemoryClaimStore::new());
@@ -296,7 +499,11 @@ fn claim_store_latency_is_recorded_by_the_wrapper() {
     let count = |op: &str| {
         series[&(
             "x402_claim_store_seconds_count".to_owned(),
-            [("op".to_owned(), op.to_owned()), ("outcome".to_owned(), "ok".to_owned())].into(),
+            [
+                ("op".to_owned(), op.to_owned()),
+                ("outcome".to_owned(), "ok".to_owned()),
+            ]
+            .into(),
         )]
     };
     assert_eq!(count("claim"), 2.0);

@@ -21,6 +21,29 @@
 //! * Redirects are never followed, neither before nor after paying.
 //! * The private key is never logged: `Debug` shows only the address.
 //!
+//! # Prepaid sessions
+//!
+//! A seller may also sell sessions (this workspace's own extension, in the v2
+//! challenge's `extensions["session"]`): one payment buys `calls` requests
+//! within `ttlSeconds`. Told how many calls it plans
+//! ([`BuyerBuilder::planned_calls`], [`Buyer::get_planned`]), the buyer
+//! compares the cheapest acceptable per-call offer × the planned calls (at
+//! most the session's `calls`) with each session's price, and buys the
+//! session only when it is strictly cheaper. A session's payment row passes
+//! exactly the checks of a per-call payment — network, asset, recipient,
+//! origin, **the per-call cap (which therefore caps the session price too)**,
+//! and a budget reservation — so a session never buys what a single call
+//! could not.
+//!
+//! Tokens bought are held in memory per (origin, scope), never logged (no
+//! `Debug` output, including [`Purchase::headers`], shows them). Later calls
+//! to that origin send `X-PAYMENT-SESSION` first: no signature, no budget. A
+//! 402 answering a token with a `session_*` error drops the token (except
+//! `session_out_of_scope`: the token is still good for its own scope) and the
+//! call falls back to buying, which may buy a new session. The remaining
+//! counts held are advisory: the seller is the authority, so a token is sent
+//! until the seller refuses it.
+//!
 //! ```no_run
 //! use x402_buyer::{Buyer, PrivateKeySigner};
 //! use x402_core::money::AtomicAmount;
@@ -53,12 +76,18 @@ use alloy_primitives::{B256, U256};
 use alloy_signer::Signer as _;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use reqwest::Url;
+use session::{OfferDecl, Ticket};
 use x402_core::{
     codec,
     evm::{eip3009_domain, Eip3009Authorization, ExactEvmPayload},
     network,
     proto::{v1, v2, JsonObject, Version},
+    session::X_PAYMENT_SESSION,
 };
+
+mod session;
+
+pub use session::SessionUse;
 
 pub use alloy_primitives::Address;
 pub use alloy_signer_local::PrivateKeySigner;
@@ -80,6 +109,10 @@ pub const MAX_VALIDITY_SECONDS: u64 = 3600;
 pub const VALID_AFTER_SKEW_SECONDS: u64 = 600;
 /// The request timeout of the default HTTP client.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How many requests one call may send before paying: a held session token
+/// may be refused, and a session bought meanwhile by a concurrent call is
+/// tried before buying another.
+const MAX_ROUNDS: usize = 3;
 
 /// A paying HTTP client. Cheap to clone: clones share the signer, the budget
 /// and the signature counter.
@@ -96,8 +129,10 @@ struct Inner {
     client: reqwest::Client,
     limits: Limits,
     prefer_v1: bool,
+    planned_calls: u64,
     ledger: Mutex<Ledger>,
     signatures: AtomicU64,
+    sessions: session::Wallet,
 }
 
 #[derive(Debug)]
@@ -123,8 +158,11 @@ impl fmt::Debug for Buyer {
             .field("address", &self.address())
             .field("limits", &self.inner.limits)
             .field("prefer_v1", &self.inner.prefer_v1)
+            .field("planned_calls", &self.inner.planned_calls)
             .field("spent", &self.spent())
             .field("signatures_made", &self.signatures_made())
+            // Scopes and counts only: never a session token.
+            .field("sessions", &self.inner.sessions)
             .finish_non_exhaustive()
     }
 }
@@ -163,6 +201,7 @@ pub struct BuyerBuilder {
     max_per_call: Option<AtomicAmount>,
     max_total: Option<AtomicAmount>,
     prefer_v1: bool,
+    planned_calls: u64,
     client: Option<reqwest::Client>,
 }
 
@@ -181,6 +220,7 @@ impl fmt::Debug for BuyerBuilder {
             .field("max_per_call", &self.max_per_call)
             .field("max_total", &self.max_total)
             .field("prefer_v1", &self.prefer_v1)
+            .field("planned_calls", &self.planned_calls)
             .finish_non_exhaustive()
     }
 }
@@ -241,6 +281,16 @@ impl BuyerBuilder {
     /// offered.
     pub fn prefer_v1(mut self, prefer: bool) -> Self {
         self.prefer_v1 = prefer;
+        self
+    }
+
+    /// How many calls [`Buyer::get`] and [`Buyer::request`] plan to make to a
+    /// route, for deciding whether a prepaid session is cheaper than paying
+    /// per call (see the [crate docs](crate#prepaid-sessions)). Default 1
+    /// (a session is bought only if it costs less than one call); 0 counts
+    /// as 1. [`Buyer::get_planned`] overrides it per call.
+    pub fn planned_calls(mut self, calls: u64) -> Self {
+        self.planned_calls = calls.max(1);
         self
     }
 
@@ -319,8 +369,10 @@ impl BuyerBuilder {
                     max_total: self.max_total,
                 },
                 prefer_v1: self.prefer_v1,
+                planned_calls: self.planned_calls,
                 ledger: Mutex::new(Ledger::default()),
                 signatures: AtomicU64::new(0),
+                sessions: session::Wallet::default(),
             }),
         })
     }
@@ -381,7 +433,8 @@ pub struct Purchase {
     pub headers: HeaderMap,
     /// The final response body.
     pub body: bytes::Bytes,
-    /// The 402 challenge, if there was one.
+    /// The 402 challenge, if there was one (a call redeemed from a session
+    /// has none).
     pub challenge: Option<Challenge>,
     /// The payment sent on the retry, if one was sent.
     pub payment: Option<PaymentPayload>,
@@ -390,6 +443,9 @@ pub struct Purchase {
     /// What was charged to the budget: the signed amount, when the response
     /// was a success with a successful receipt.
     pub paid: Option<AtomicAmount>,
+    /// How the call used a prepaid session: `Opened` when this payment
+    /// bought one, `Redeemed` when a held session paid for it.
+    pub session: Option<SessionUse>,
 }
 
 /// Why a buyer declined to pay (or to go on). Nothing was signed for any
@@ -496,6 +552,23 @@ struct Row<'a> {
 }
 
 impl Challenge {
+    /// The challenge's `error`: why the request was not served
+    /// (`payment_required`, `session_exhausted`, ...), if it says.
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            Self::V1(c) => (!c.error.is_empty()).then_some(c.error.as_str()),
+            Self::V2(c) => c.error.as_deref(),
+        }
+    }
+
+    /// The session offers of a v2 challenge.
+    fn session_offers(&self) -> Vec<OfferDecl> {
+        match self {
+            Self::V1(_) => Vec::new(),
+            Self::V2(c) => session::offers(c),
+        }
+    }
+
     fn rows(&self) -> Vec<Row<'_>> {
         match self {
             Self::V1(c) => c
@@ -511,21 +584,36 @@ impl Challenge {
                     extra: r.extra.as_ref(),
                 })
                 .collect(),
-            Self::V2(c) => c
-                .accepts
-                .iter()
-                .map(|r| Row {
-                    scheme: &r.scheme,
-                    network: &r.network,
-                    amount: r.amount,
-                    asset: &r.asset,
-                    pay_to: &r.pay_to,
-                    max_timeout_seconds: r.max_timeout_seconds,
-                    extra: Some(&r.extra),
-                })
-                .collect(),
+            Self::V2(c) => c.accepts.iter().map(Row::v2).collect(),
         }
     }
+}
+
+impl<'a> Row<'a> {
+    fn v2(r: &'a v2::PaymentRequirements) -> Self {
+        Row {
+            scheme: &r.scheme,
+            network: &r.network,
+            amount: r.amount,
+            asset: &r.asset,
+            pay_to: &r.pay_to,
+            max_timeout_seconds: r.max_timeout_seconds,
+            extra: Some(&r.extra),
+        }
+    }
+}
+
+/// Whether to pay per call or buy a session.
+enum Plan {
+    PerCall,
+    Session(Box<SessionChoice>),
+}
+
+/// A session offer whose cheapest acceptable row passed every static check.
+struct SessionChoice {
+    decl: OfferDecl,
+    row: v2::PaymentRequirements,
+    offer: Offer,
 }
 
 /// A budget reservation. Dropped while armed (before the payment left this
@@ -674,18 +762,79 @@ impl Inner {
         })
     }
 
-    /// Picks the first offer that passes every check and reserves its amount.
-    fn choose(
-        &self,
-        challenge: &Challenge,
-        url: &Url,
-    ) -> Result<(Offer, Reservation<'_>), Refusal> {
+    fn check_origin(&self, url: &Url) -> Result<(), Refusal> {
         if let Some(allowed) = &self.limits.origins {
             let origin = url_origin(url);
             if !allowed.contains(&origin) {
                 return Err(Refusal::OriginNotAllowed(origin));
             }
         }
+        Ok(())
+    }
+
+    /// Decides between paying per call and buying one of `offers` for
+    /// `planned` calls. Only the static checks run here; nothing is reserved.
+    ///
+    /// A session is bought when its cheapest acceptable row costs strictly
+    /// less than the cheapest acceptable per-call row × `min(planned,
+    /// calls)` (ties pay per call); of several, the one saving most (the
+    /// first on a tie). When no per-call row is acceptable, the cheapest
+    /// acceptable session is the only way to pay, and is chosen.
+    fn plan(
+        &self,
+        challenge: &Challenge,
+        url: &Url,
+        offers: Vec<OfferDecl>,
+        planned: u64,
+    ) -> Result<Plan, Refusal> {
+        self.check_origin(url)?;
+        if offers.is_empty() {
+            return Ok(Plan::PerCall);
+        }
+        let per_call = challenge
+            .rows()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, row)| self.check(i, row).ok())
+            .map(|offer| offer.amount.get())
+            .min();
+        let mut best: Option<(U256, SessionChoice)> = None;
+        for decl in offers {
+            let cheapest = decl
+                .accepts
+                .iter()
+                .enumerate()
+                .filter_map(|(i, row)| self.check(i, &Row::v2(row)).ok().map(|o| (o, row)))
+                .min_by_key(|(offer, _)| offer.amount.get());
+            let Some((offer, row)) = cheapest else {
+                continue;
+            };
+            let price = offer.amount.get();
+            let score = match per_call {
+                Some(unit) => {
+                    let covered = unit.saturating_mul(U256::from(planned.max(1).min(decl.calls)));
+                    if price >= covered {
+                        continue;
+                    }
+                    covered - price
+                }
+                None => U256::MAX - price,
+            };
+            if best.as_ref().is_none_or(|(s, _)| score > *s) {
+                let row = row.clone();
+                best = Some((score, SessionChoice { decl, row, offer }));
+            }
+        }
+        Ok(best.map_or(Plan::PerCall, |(_, c)| Plan::Session(Box::new(c))))
+    }
+
+    /// Picks the first offer that passes every check and reserves its amount.
+    fn choose(
+        &self,
+        challenge: &Challenge,
+        url: &Url,
+    ) -> Result<(Offer, Reservation<'_>), Refusal> {
+        self.check_origin(url)?;
         let mut refusals = Vec::new();
         for (index, row) in challenge.rows().iter().enumerate() {
             let checked = self
@@ -799,6 +948,7 @@ impl Buyer {
             max_per_call: None,
             max_total: None,
             prefer_v1: false,
+            planned_calls: 1,
             client: None,
         }
     }
@@ -819,6 +969,13 @@ impl Buyer {
         self.inner.signatures.load(Ordering::SeqCst)
     }
 
+    /// How many prepaid sessions this buyer (and its clones) holds, across
+    /// origins and scopes. Expired ones may be counted until the next call
+    /// drops them.
+    pub fn sessions_held(&self) -> usize {
+        self.inner.sessions.len()
+    }
+
     /// `GET`s a URL, paying if the server asks and the offer passes every
     /// limit.
     ///
@@ -831,8 +988,28 @@ impl Buyer {
     /// # Ok(()) }
     /// ```
     pub async fn get(&self, url: &str) -> Result<Purchase, BuyerError> {
+        self.get_planned(url, self.inner.planned_calls).await
+    }
+
+    /// `GET`s a URL like [`get`](Self::get), planning `planned_calls` calls
+    /// to its route: a prepaid session the seller offers is bought when it is
+    /// cheaper than that many calls paid one by one (see the
+    /// [crate docs](crate#prepaid-sessions)). Overrides
+    /// [`BuyerBuilder::planned_calls`] for this call.
+    ///
+    /// ```no_run
+    /// # async fn run(buyer: x402_buyer::Buyer) -> Result<(), x402_buyer::BuyerError> {
+    /// let url = "http://127.0.0.1:4021/weather";
+    /// let first = buyer.get_planned(url, 10).await?; // may buy a session
+    /// for _ in 1..10 {
+    ///     let next = buyer.get(url).await?; // redeems it, if one was bought
+    ///     println!("{:?}", next.session);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn get_planned(&self, url: &str, planned_calls: u64) -> Result<Purchase, BuyerError> {
         let request = self.inner.client.get(url).build()?;
-        self.request(request).await
+        self.request_planned(request, planned_calls).await
     }
 
     /// Sends any request, paying if the server asks. The request is sent
@@ -859,31 +1036,148 @@ impl Buyer {
     /// [`max_total`](BuyerBuilder::max_total) (the seller may have settled),
     /// unless the connection was never made.
     pub async fn request(&self, request: reqwest::Request) -> Result<Purchase, BuyerError> {
+        self.request_planned(request, self.inner.planned_calls)
+            .await
+    }
+
+    /// Sends any request like [`request`](Self::request), planning
+    /// `planned_calls` calls to its route (see [`get_planned`](Self::get_planned)).
+    ///
+    /// When a session is held for the URL's origin, the request is first
+    /// sent with its token (`X-PAYMENT-SESSION`): nothing is signed and
+    /// nothing is charged. A 402 answer with a `session_*` error drops the
+    /// token and the call pays as usual. While one call buys a session for a
+    /// scope, concurrent calls that also chose to buy it wait, then redeem
+    /// the session bought instead of buying another.
+    ///
+    /// # Errors
+    ///
+    /// As [`request`](Self::request).
+    pub async fn request_planned(
+        &self,
+        request: reqwest::Request,
+        planned_calls: u64,
+    ) -> Result<Purchase, BuyerError> {
         let inner = &*self.inner;
-        let mut retry = request.try_clone().ok_or(BuyerError::BodyNotCloneable)?;
-        let url = request.url().clone();
-
-        let response = inner.client.execute(request).await?;
-        if let Some(refusal) = redirect_of(&response, &url) {
-            return Err(refusal.into());
-        }
-        if response.status() != StatusCode::PAYMENT_REQUIRED {
-            return Purchase {
-                status: response.status().as_u16(),
-                headers: response.headers().clone(),
-                body: Default::default(),
-                challenge: None,
-                payment: None,
-                receipt: None,
-                paid: None,
+        let template = request;
+        let url = template.url().clone();
+        let origin = url_origin(&url);
+        let mut round = 0;
+        loop {
+            round += 1;
+            let mut attempt = template.try_clone().ok_or(BuyerError::BodyNotCloneable)?;
+            let ticket = inner.sessions.pick(&origin, url.path());
+            if let Some(ticket) = &ticket {
+                attempt
+                    .headers_mut()
+                    .insert(X_PAYMENT_SESSION, ticket.token.clone());
             }
-            .with_body(response)
-            .await;
-        }
 
-        let challenge = self.read_challenge(response).await?;
-        let (offer, mut reservation) = inner.choose(&challenge, &url)?;
-        let (payment, header) = self.sign(&challenge, &offer).await?;
+            let response = inner.client.execute(attempt).await?;
+            if let Some(refusal) = redirect_of(&response, &url) {
+                return Err(refusal.into());
+            }
+            if response.status() != StatusCode::PAYMENT_REQUIRED {
+                let session = ticket.and_then(|ticket| {
+                    let remaining = session::remaining_of(response.headers())?;
+                    inner.sessions.update(&ticket, remaining);
+                    Some(SessionUse::Redeemed {
+                        scope: ticket.key.1,
+                        remaining,
+                    })
+                });
+                return Purchase::unpaid(&response, session)
+                    .with_body(response)
+                    .await;
+            }
+
+            let challenge = self.read_challenge(response).await?;
+            let offers = challenge.session_offers();
+            let scope = offers.first().map(|o| o.scope.clone());
+            inner.sessions.learn(&origin, url.path(), scope);
+            if let Some(ticket) = &ticket {
+                self.refused_ticket(ticket, challenge.error());
+            }
+            // A token held for this route's scope that was not just tried.
+            if round < MAX_ROUNDS && self.fresh_ticket(&origin, &url, ticket.as_ref()) {
+                continue;
+            }
+
+            if let Plan::Session(choice) = inner.plan(&challenge, &url, offers, planned_calls)? {
+                let key = (origin.clone(), choice.decl.scope.clone());
+                let lock = inner.sessions.lock(&key);
+                let _buying = lock.lock().await;
+                if round < MAX_ROUNDS && inner.sessions.holds(&key) {
+                    // A concurrent call bought one while this one waited.
+                    continue;
+                }
+                // Over budget, the session is skipped: one call may still fit.
+                if let Ok(reservation) = inner.reserve(choice.offer.amount) {
+                    let mut purchase = self
+                        .pay(
+                            &template,
+                            &url,
+                            challenge,
+                            &choice.offer,
+                            Some(&choice.row),
+                            reservation,
+                        )
+                        .await?;
+                    if purchase.paid.is_some() {
+                        if let Some(token) = session::token_of(&purchase.headers) {
+                            let remaining = session::remaining_of(&purchase.headers)
+                                .unwrap_or(choice.decl.calls.saturating_sub(1));
+                            inner.sessions.keep(key, token, remaining, choice.decl.ttl);
+                            purchase.session = Some(SessionUse::Opened {
+                                offer: choice.decl.id,
+                                scope: choice.decl.scope,
+                                remaining,
+                                ttl: choice.decl.ttl,
+                            });
+                        }
+                    }
+                    return Ok(purchase);
+                }
+            }
+            let (offer, reservation) = inner.choose(&challenge, &url)?;
+            return self
+                .pay(&template, &url, challenge, &offer, None, reservation)
+                .await;
+        }
+    }
+
+    /// Drops a token the seller refused with a `session_*` error, except for
+    /// `session_out_of_scope` (it is still good for its own scope).
+    fn refused_ticket(&self, ticket: &Ticket, error: Option<&str>) {
+        match error {
+            Some("session_out_of_scope") => {}
+            Some(e) if e.starts_with("session_") => self.inner.sessions.forget(ticket),
+            _ => {}
+        }
+    }
+
+    /// Whether a token other than `tried` is now held for the URL's route.
+    fn fresh_ticket(&self, origin: &str, url: &Url, tried: Option<&Ticket>) -> bool {
+        self.inner
+            .sessions
+            .pick(origin, url.path())
+            .is_some_and(|next| tried.is_none_or(|t| t.token != next.token))
+    }
+
+    /// Signs `offer` (for a session, its `session_row`), sends the request
+    /// again with the payment and resolves the reservation.
+    async fn pay(
+        &self,
+        template: &reqwest::Request,
+        url: &Url,
+        challenge: Challenge,
+        offer: &Offer,
+        session_row: Option<&v2::PaymentRequirements>,
+        mut reservation: Reservation<'_>,
+    ) -> Result<Purchase, BuyerError> {
+        let inner = &*self.inner;
+        let mut retry = template.try_clone().ok_or(BuyerError::BodyNotCloneable)?;
+        let (payment, header) = self.sign(&challenge, offer, session_row).await?;
         let value = codec::encode(&payment)
             .map_err(|e| BuyerError::Protocol(format!("could not encode the payment: {e}")))?;
         let value = HeaderValue::from_str(&value)
@@ -903,7 +1197,7 @@ impl Buyer {
         };
         let receipt = decode_receipt(response.headers());
         let settled = receipt.as_ref().is_some_and(|r| r.success);
-        if let Some(refusal) = redirect_of(&response, &url) {
+        if let Some(refusal) = redirect_of(&response, url) {
             if settled {
                 reservation.commit();
             } else {
@@ -919,13 +1213,11 @@ impl Buyer {
             None
         };
         Purchase {
-            status: response.status().as_u16(),
-            headers: response.headers().clone(),
-            body: Default::default(),
             challenge: Some(challenge),
             payment: Some(payment),
             receipt,
             paid,
+            ..Purchase::unpaid(&response, None)
         }
         .with_body(response)
         .await
@@ -968,6 +1260,7 @@ impl Buyer {
         &self,
         challenge: &Challenge,
         offer: &Offer,
+        session_row: Option<&v2::PaymentRequirements>,
     ) -> Result<(PaymentPayload, HeaderName), BuyerError> {
         let now = unix_now()?;
         let validity = offer.max_timeout_seconds.min(MAX_VALIDITY_SECONDS);
@@ -992,7 +1285,10 @@ impl Buyer {
         let missing = || BuyerError::Protocol("the chosen offer vanished".into());
         Ok(match challenge {
             Challenge::V2(c) => {
-                let accepted = c.accepts.get(offer.index).ok_or_else(missing)?.clone();
+                let accepted = match session_row {
+                    Some(row) => row.clone(),
+                    None => c.accepts.get(offer.index).ok_or_else(missing)?.clone(),
+                };
                 let payment = v2::PaymentPayload {
                     x402_version: Version,
                     resource: Some(c.resource.clone()),
@@ -1002,6 +1298,11 @@ impl Buyer {
                     other: JsonObject::new(),
                 };
                 (PaymentPayload::V2(payment), codec::PAYMENT_SIGNATURE)
+            }
+            Challenge::V1(_) if session_row.is_some() => {
+                return Err(BuyerError::Protocol(
+                    "sessions are sold with v2 payments only".into(),
+                ))
             }
             Challenge::V1(c) => {
                 let row = c.accepts.get(offer.index).ok_or_else(missing)?;
@@ -1019,6 +1320,21 @@ impl Buyer {
 }
 
 impl Purchase {
+    /// A purchase of nothing yet: the response's status and headers (the
+    /// session token, if any, marked sensitive), no body.
+    fn unpaid(response: &reqwest::Response, session: Option<SessionUse>) -> Self {
+        Purchase {
+            status: response.status().as_u16(),
+            headers: session::scrub(response.headers()),
+            body: Default::default(),
+            challenge: None,
+            payment: None,
+            receipt: None,
+            paid: None,
+            session,
+        }
+    }
+
     async fn with_body(mut self, response: reqwest::Response) -> Result<Self, BuyerError> {
         self.body = response.bytes().await?;
         Ok(self)

@@ -12,7 +12,9 @@
 //! | `BUYER_MAX_PER_CALL` | cap per call, atomic units | `10000` (0.01 USDC) |
 //! | `BUYER_MAX_TOTAL` | total budget, atomic units | `BUYER_MAX_PER_CALL` |
 //!
-//! It prints the status, the decoded receipt and the body.
+//! It prints the status, the decoded receipt and the body. One call per run:
+//! it plans one call, so it buys a prepaid session only when a session costs
+//! less than a single call.
 
 use std::{io::Write as _, process::ExitCode};
 
@@ -102,6 +104,15 @@ async fn run() -> Result<(), BoxError> {
     writeln!(out, "status: {}", purchase.status)?;
     if let Some(paid) = purchase.paid {
         writeln!(out, "paid: {paid} (atomic units) from {}", buyer.address())?;
+    }
+    match &purchase.session {
+        Some(x402_buyer::SessionUse::Opened {
+            offer, remaining, ..
+        }) => writeln!(out, "session: bought `{offer}`, {remaining} calls left")?,
+        Some(x402_buyer::SessionUse::Redeemed { remaining, .. }) => {
+            writeln!(out, "session: redeemed, {remaining} calls left")?;
+        }
+        Some(_) | None => {}
     }
     match &purchase.receipt {
         Some(receipt) => writeln!(out, "receipt: {}", serde_json::to_string_pretty(receipt)?)?,

@@ -38,7 +38,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
     };
     let (router, state) = paid_api::app(config).await?;
     let server = tokio::spawn(paid_api::serve(listener, router, state.clone()));
-    writeln!(out, "Server listening on {base} (dev ledger: offline, fake testnet USDC)")?;
+    writeln!(
+        out,
+        "Server listening on {base} (dev ledger: offline, fake testnet USDC)"
+    )?;
 
     // 2. The buyer: a throwaway key, funded on the dev ledger.
     let signer = PrivateKeySigner::random();
@@ -77,11 +80,26 @@ async fn main() -> Result<(), Box<dyn Error>> {
     // 4. Keep serving.
     section(&mut out, "Try it yourself")?;
     writeln!(out, "  curl -i {base}/health")?;
-    writeln!(out, "  curl -i {base}/exact/evm/eip3009      # 402: pay $0.001 (exact)")?;
-    writeln!(out, "  curl -i {base}/upto/evm/permit2       # 402: pay up to 2000 atomic units (upto)")?;
-    writeln!(out, "  curl -i {base}/session/demo           # 402: $0.001, or 100 calls for $0.05")?;
-    writeln!(out, "  curl -s -D - -o /dev/null {base}/exact/evm/eip3009 | grep -i payment-required")?;
-    writeln!(out, "  curl -X POST {base}/close              # stop the server")?;
+    writeln!(
+        out,
+        "  curl -i {base}/exact/evm/eip3009      # 402: pay $0.001 (exact)"
+    )?;
+    writeln!(
+        out,
+        "  curl -i {base}/upto/evm/permit2       # 402: pay up to 2000 atomic units (upto)"
+    )?;
+    writeln!(
+        out,
+        "  curl -i {base}/session/demo           # 402: $0.001, or 100 calls for $0.05"
+    )?;
+    writeln!(
+        out,
+        "  curl -s -D - -o /dev/null {base}/exact/evm/eip3009 | grep -i payment-required"
+    )?;
+    writeln!(
+        out,
+        "  curl -X POST {base}/close              # stop the server"
+    )?;
     writeln!(out, "\nServing until ctrl-c or POST /close.")?;
     server.await??;
     Ok(())
@@ -115,7 +133,10 @@ fn balances(out: &mut impl Write, state: &AppState, buyer: x402_buyer::Address) 
 fn report(out: &mut impl Write, purchase: &Purchase) -> Result<(), Box<dyn Error>> {
     if let Some(challenge) = &purchase.challenge {
         let (title, json) = match challenge {
-            Challenge::V2(c) => ("402 challenge (PAYMENT-REQUIRED header, decoded)", serde_json::to_value(c)?),
+            Challenge::V2(c) => (
+                "402 challenge (PAYMENT-REQUIRED header, decoded)",
+                serde_json::to_value(c)?,
+            ),
             Challenge::V1(c) => ("402 challenge (v1 body)", serde_json::to_value(c)?),
         };
         section(out, title)?;

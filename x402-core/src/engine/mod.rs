@@ -774,7 +774,8 @@ impl Engine {
             Ok(Some(resolved)) => resolved,
             Ok(None) => return Decision::Pass,
             Err(refusal) => {
-                return Decision::Respond(response::refusal_response(&refusal, None, None, None))
+                crate::metrics::refusal(route.pattern(), &refusal);
+                return Decision::Respond(response::refusal_response(&refusal, None, None, None));
             }
         };
 
@@ -795,15 +796,14 @@ impl Engine {
                     reason,
                     retry_after,
                 }) => {
+                    let refusal = Refusal::Unavailable {
+                        reason,
+                        retry_after,
+                    };
+                    crate::metrics::refusal(route.pattern(), &refusal);
                     return Decision::Respond(response::refusal_response(
-                        &Refusal::Unavailable {
-                            reason,
-                            retry_after,
-                        },
-                        None,
-                        None,
-                        None,
-                    ))
+                        &refusal, None, None, None,
+                    ));
                 }
                 // A buyer that also sent a payment pays instead.
                 Err(refusal) => session_refusal = Some(refusal),

@@ -3,7 +3,7 @@
 use std::{fmt, time::Duration};
 
 use alloy_network::{EthereumWallet, TransactionBuilder};
-use alloy_primitives::{Address, Bytes, B256};
+use alloy_primitives::{Address, Bytes, B256, U256};
 use alloy_provider::{DynProvider, Provider, ProviderBuilder};
 use alloy_rpc_types_eth::TransactionRequest;
 use alloy_signer_local::PrivateKeySigner;
@@ -11,8 +11,11 @@ use alloy_sol_types::{SolCall, SolEvent};
 use async_trait::async_trait;
 use tokio::sync::Mutex;
 
-use super::{reason, Ledger, LedgerError, LedgerState, Transfer, TransferOutcome};
-use crate::network;
+use super::{reason, Ledger, LedgerError, LedgerState, Permit2Transfer, Transfer, TransferOutcome};
+use crate::{
+    evm::{EXACT_PERMIT2_PROXY, PERMIT2_ADDRESS, UPTO_PERMIT2_PROXY},
+    network,
+};
 
 mod sol {
     alloy_sol_types::sol! {
@@ -30,7 +33,84 @@ mod sol {
             bytes32 s
         ) external;
         event Transfer(address indexed from, address indexed to, uint256 value);
+        function allowance(address owner, address spender) external view returns (uint256);
+        function nonceBitmap(address owner, uint256 word) external view returns (uint256);
     }
+}
+
+/// `x402UptoPermit2Proxy.settle` (with Permit2's `PermitTransferFrom`).
+mod upto_proxy {
+    alloy_sol_types::sol! {
+        struct TokenPermissions {
+            address token;
+            uint256 amount;
+        }
+
+        struct PermitTransferFrom {
+            TokenPermissions permitted;
+            uint256 nonce;
+            uint256 deadline;
+        }
+
+        struct Witness {
+            address to;
+            address facilitator;
+            uint256 validAfter;
+        }
+
+        function settle(
+            PermitTransferFrom permit,
+            uint256 amount,
+            address owner,
+            Witness witness,
+            bytes signature
+        ) external;
+    }
+}
+
+/// `x402ExactPermit2Proxy.settle` (with Permit2's `PermitTransferFrom`).
+mod exact_proxy {
+    alloy_sol_types::sol! {
+        struct TokenPermissions {
+            address token;
+            uint256 amount;
+        }
+
+        struct PermitTransferFrom {
+            TokenPermissions permitted;
+            uint256 nonce;
+            uint256 deadline;
+        }
+
+        struct Witness {
+            address to;
+            uint256 validAfter;
+        }
+
+        function settle(
+            PermitTransferFrom permit,
+            address owner,
+            Witness witness,
+            bytes signature
+        ) external;
+    }
+}
+
+/// Which of Permit2 and the x402 proxies have code on the chain (read when
+/// the ledger is created).
+#[derive(Debug, Clone, Copy, Default)]
+struct Permit2Deployment {
+    permit2: bool,
+    exact_proxy: bool,
+    upto_proxy: bool,
+}
+
+/// The transfer a settlement must emit, as the token's `Transfer` event.
+struct ExpectedTransfer {
+    token: Address,
+    from: Address,
+    to: Address,
+    value: U256,
 }
 
 /// The default time to wait for a settlement's receipt.
@@ -58,6 +138,16 @@ const RECEIPT_POLL: Duration = Duration::from_millis(100);
 ///
 /// The ledger serves the one chain its RPC endpoint reports.
 ///
+/// It also settles Permit2 witness transfers (`upto`, and `exact` over
+/// Permit2) when Permit2 has code at its canonical address
+/// ([`PERMIT2_ADDRESS`]) on the chain when the ledger is created: it reads the
+/// owner's Permit2 nonce bitmap, balance and allowance to Permit2, and
+/// settles by calling the scheme's x402 proxy (`settle(permit, amount, owner,
+/// witness, signature)` on [`UPTO_PERMIT2_PROXY`], `settle(permit, owner,
+/// witness, signature)` on [`EXACT_PERMIT2_PROXY`]) from the facilitator's
+/// key, which must be the `upto` witness's facilitator. A proxy without code
+/// is refused with [`reason::PERMIT2_PROXY_NOT_DEPLOYED`].
+///
 /// ```no_run
 /// use x402_core::local::{ChainLedger, LocalFacilitator};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -74,6 +164,7 @@ pub struct ChainLedger {
     endpoint: String,
     send: Mutex<()>,
     receipt_timeout: Duration,
+    permit2: Permit2Deployment,
 }
 
 impl fmt::Debug for ChainLedger {
@@ -83,6 +174,7 @@ impl fmt::Debug for ChainLedger {
             .field("chain_id", &self.chain_id)
             .field("signer", &self.signer)
             .field("receipt_timeout", &self.receipt_timeout)
+            .field("permit2", &self.permit2)
             .finish_non_exhaustive()
     }
 }
@@ -140,6 +232,21 @@ impl ChainLedger {
             .get_chain_id()
             .await
             .map_err(|e| ChainLedgerError::Rpc(Box::new(e)))?;
+        let has_code = |address: Address| {
+            let provider = provider.clone();
+            async move {
+                provider
+                    .get_code_at(address)
+                    .await
+                    .map(|code| !code.is_empty())
+                    .map_err(|e| ChainLedgerError::Rpc(Box::new(e)))
+            }
+        };
+        let permit2 = Permit2Deployment {
+            permit2: has_code(PERMIT2_ADDRESS).await?,
+            exact_proxy: has_code(EXACT_PERMIT2_PROXY).await?,
+            upto_proxy: has_code(UPTO_PERMIT2_PROXY).await?,
+        };
         Ok(Self {
             provider,
             signer: address,
@@ -147,6 +254,7 @@ impl ChainLedger {
             endpoint: redact(rpc_url),
             send: Mutex::new(()),
             receipt_timeout: DEFAULT_RECEIPT_TIMEOUT,
+            permit2,
         })
     }
 
@@ -169,14 +277,142 @@ impl ChainLedger {
     }
 
     fn check_chain(&self, t: &Transfer<'_>) -> Result<(), LedgerError> {
-        if t.chain_id == self.chain_id {
+        self.check_chain_id(t.network, t.chain_id)
+    }
+
+    fn check_chain_id(&self, network: &str, chain_id: u64) -> Result<(), LedgerError> {
+        if chain_id == self.chain_id {
             Ok(())
         } else {
             Err(LedgerError::UnsupportedNetwork {
-                network: t.network.to_owned(),
+                network: network.to_owned(),
                 why: format!("the RPC endpoint serves chain id {}", self.chain_id),
             })
         }
+    }
+
+    /// The proxy's `settle` transaction of a Permit2 transfer; `Err` with a
+    /// reason code when the proxy has no code.
+    fn permit2_settle_request(
+        &self,
+        t: &Permit2Transfer<'_>,
+    ) -> Result<TransactionRequest, &'static str> {
+        let auth = &t.payload.permit2_authorization;
+        let (token, amount) = (auth.permitted.token, auth.permitted.amount.get());
+        let signature = t.payload.signature.clone();
+        let (proxy, input) = match auth.witness.facilitator {
+            Some(facilitator) => {
+                if !self.permit2.upto_proxy {
+                    return Err(reason::PERMIT2_PROXY_NOT_DEPLOYED);
+                }
+                let call = upto_proxy::settleCall {
+                    permit: upto_proxy::PermitTransferFrom {
+                        permitted: upto_proxy::TokenPermissions { token, amount },
+                        nonce: auth.nonce,
+                        deadline: auth.deadline,
+                    },
+                    amount: t.amount,
+                    owner: auth.from,
+                    witness: upto_proxy::Witness {
+                        to: auth.witness.to,
+                        facilitator,
+                        validAfter: auth.witness.valid_after,
+                    },
+                    signature,
+                };
+                (UPTO_PERMIT2_PROXY, call.abi_encode())
+            }
+            None => {
+                if !self.permit2.exact_proxy {
+                    return Err(reason::PERMIT2_PROXY_NOT_DEPLOYED);
+                }
+                let call = exact_proxy::settleCall {
+                    permit: exact_proxy::PermitTransferFrom {
+                        permitted: exact_proxy::TokenPermissions { token, amount },
+                        nonce: auth.nonce,
+                        deadline: auth.deadline,
+                    },
+                    owner: auth.from,
+                    witness: exact_proxy::Witness {
+                        to: auth.witness.to,
+                        validAfter: auth.witness.valid_after,
+                    },
+                    signature,
+                };
+                (EXACT_PERMIT2_PROXY, call.abi_encode())
+            }
+        };
+        Ok(TransactionRequest::default()
+            .with_from(self.signer)
+            .with_to(proxy)
+            .with_input(Bytes::from(input)))
+    }
+
+    /// Dry-runs `request` with `eth_call`: `Some(message)` when it reverts.
+    async fn dry_run(&self, request: TransactionRequest) -> Result<Option<String>, LedgerError> {
+        match self.provider.call(request).await {
+            Ok(_) => Ok(None),
+            Err(e) => match e.as_error_resp() {
+                Some(payload) => Ok(Some(payload.message.to_string())),
+                None => Err(backend(e)),
+            },
+        }
+    }
+
+    /// Sends a settlement, waits for its receipt and checks that it emitted
+    /// the `expected` transfer; a failure is refused with `failure`.
+    async fn submit(
+        &self,
+        request: TransactionRequest,
+        expected: ExpectedTransfer,
+        failure: &'static str,
+    ) -> Result<TransferOutcome, LedgerError> {
+        // One submission at a time: the nonce filler reads the pending nonce,
+        // which includes the previous submission once it is in the pool.
+        let sent = {
+            let _guard = self.send.lock().await;
+            self.provider.send_transaction(request).await
+        };
+        let hash = match sent {
+            Ok(pending) => *pending.tx_hash(),
+            Err(e) => {
+                return match e.as_error_resp() {
+                    // The node refused it (gas estimation reverted): a business
+                    // failure, no transaction was sent.
+                    Some(payload) => Ok(TransferOutcome::Refused {
+                        reason: failure.to_owned(),
+                        message: Some(payload.message.to_string()),
+                        transaction: None,
+                    }),
+                    None => Err(backend(e)),
+                };
+            }
+        };
+        let receipt = self.wait_for_receipt(hash).await?;
+        let transaction = format!("{hash:#x}");
+        if !receipt.status() {
+            return Ok(TransferOutcome::Refused {
+                reason: failure.to_owned(),
+                message: Some("the settlement transaction reverted".to_owned()),
+                transaction: Some(transaction),
+            });
+        }
+        let moved = receipt.inner.logs().iter().any(|log| {
+            log.address() == expected.token
+                && sol::Transfer::decode_log(&log.inner).is_ok_and(|event| {
+                    event.from == expected.from
+                        && event.to == expected.to
+                        && event.value == expected.value
+                })
+        });
+        if !moved {
+            return Ok(TransferOutcome::Refused {
+                reason: failure.to_owned(),
+                message: Some("the transaction emitted no matching Transfer event".to_owned()),
+                transaction: Some(transaction),
+            });
+        }
+        Ok(TransferOutcome::Settled { transaction })
     }
 
     async fn call<C: SolCall>(&self, to: Address, call: &C) -> Result<C::Return, LedgerError> {
@@ -279,13 +515,7 @@ impl Ledger for ChainLedger {
         let Some(request) = self.settle_request(t) else {
             return Ok(Some("the signature is not 65 bytes".to_owned()));
         };
-        match self.provider.call(request).await {
-            Ok(_) => Ok(None),
-            Err(e) => match e.as_error_resp() {
-                Some(payload) => Ok(Some(payload.message.to_string())),
-                None => Err(backend(e)),
-            },
-        }
+        self.dry_run(request).await
     }
 
     async fn transfer(&self, t: &Transfer<'_>) -> Result<TransferOutcome, LedgerError> {
@@ -294,53 +524,82 @@ impl Ledger for ChainLedger {
         let Some(request) = self.settle_request(t) else {
             return Ok(TransferOutcome::refused(reason::SIGNATURE));
         };
+        let expected = ExpectedTransfer {
+            token: t.asset,
+            from: auth.from,
+            to: auth.to,
+            value: auth.value.get(),
+        };
+        self.submit(request, expected, reason::TRANSACTION_FAILED)
+            .await
+    }
 
-        // One submission at a time: the nonce filler reads the pending nonce,
-        // which includes the previous submission once it is in the pool.
-        let sent = {
-            let _guard = self.send.lock().await;
-            self.provider.send_transaction(request).await
-        };
-        let hash = match sent {
-            Ok(pending) => *pending.tx_hash(),
-            Err(e) => {
-                return match e.as_error_resp() {
-                    // The node refused it (gas estimation reverted): a business
-                    // failure, no transaction was sent.
-                    Some(payload) => Ok(TransferOutcome::Refused {
-                        reason: reason::TRANSACTION_FAILED.to_owned(),
-                        message: Some(payload.message.to_string()),
-                        transaction: None,
-                    }),
-                    None => Err(backend(e)),
-                };
-            }
-        };
-        let receipt = self.wait_for_receipt(hash).await?;
-        let transaction = format!("{hash:#x}");
-        if !receipt.status() {
-            return Ok(TransferOutcome::Refused {
-                reason: reason::TRANSACTION_FAILED.to_owned(),
-                message: Some("the settlement transaction reverted".to_owned()),
-                transaction: Some(transaction),
-            });
+    fn supports_permit2(&self) -> bool {
+        self.permit2.permit2
+    }
+
+    async fn permit2_state(&self, t: &Permit2Transfer<'_>) -> Result<LedgerState, LedgerError> {
+        self.check_chain_id(t.network, t.chain_id)?;
+        let balance = self
+            .call(t.token(), &sol::balanceOfCall { account: t.from() })
+            .await?;
+        let allowance = self
+            .call(
+                t.token(),
+                &sol::allowanceCall {
+                    owner: t.from(),
+                    spender: PERMIT2_ADDRESS,
+                },
+            )
+            .await?;
+        // Permit2's unordered nonces: bit `nonce & 0xff` of word `nonce >> 8`.
+        let nonce = t.nonce();
+        let bitmap = self
+            .call(
+                PERMIT2_ADDRESS,
+                &sol::nonceBitmapCall {
+                    owner: t.from(),
+                    word: nonce >> 8usize,
+                },
+            )
+            .await?;
+        let bit = U256::from(1u8) << usize::from(nonce.byte(0));
+        let nonce_used = bitmap & bit != U256::ZERO;
+        Ok(LedgerState::new(nonce_used, balance).with_permit2_allowance(allowance))
+    }
+
+    async fn permit2_simulate(
+        &self,
+        t: &Permit2Transfer<'_>,
+    ) -> Result<Option<String>, LedgerError> {
+        self.check_chain_id(t.network, t.chain_id)?;
+        match self.permit2_settle_request(t) {
+            Ok(request) => self.dry_run(request).await,
+            Err(reason) => Ok(Some(reason.to_owned())),
         }
-        let moved = receipt.inner.logs().iter().any(|log| {
-            log.address() == t.asset
-                && sol::Transfer::decode_log(&log.inner).is_ok_and(|event| {
-                    event.from == auth.from
-                        && event.to == auth.to
-                        && event.value == auth.value.get()
-                })
-        });
-        if !moved {
-            return Ok(TransferOutcome::Refused {
-                reason: reason::TRANSACTION_FAILED.to_owned(),
-                message: Some("the transaction emitted no matching Transfer event".to_owned()),
-                transaction: Some(transaction),
-            });
-        }
-        Ok(TransferOutcome::Settled { transaction })
+    }
+
+    async fn permit2_transfer(
+        &self,
+        t: &Permit2Transfer<'_>,
+    ) -> Result<TransferOutcome, LedgerError> {
+        self.check_chain_id(t.network, t.chain_id)?;
+        let request = match self.permit2_settle_request(t) {
+            Ok(request) => request,
+            Err(reason) => return Ok(TransferOutcome::refused(reason)),
+        };
+        let expected = ExpectedTransfer {
+            token: t.token(),
+            from: t.from(),
+            to: t.to(),
+            value: t.amount,
+        };
+        let failure = if t.is_upto() {
+            reason::UPTO_TRANSACTION_FAILED
+        } else {
+            reason::TRANSACTION_FAILED
+        };
+        self.submit(request, expected, failure).await
     }
 }
 

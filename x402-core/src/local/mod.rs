@@ -68,28 +68,38 @@
 //! allowed to settle. An `upto` requirement's `amount` is the ceiling at
 //! `verify` and the charge at `settle` (the seller replaces it).
 //!
-//! The checks, in order: for `upto`, both schemes are `upto` and the protocol
-//! is v2 ([`reason::UPTO_SCHEME`]) and the networks match
-//! ([`reason::UPTO_NETWORK_MISMATCH`]; for `exact`, as above); the network is
-//! served ([`reason::UNSUPPORTED_NETWORK`]); the ledger settles Permit2 and
-//! the protocol is v2 ([`reason::UNSUPPORTED_PAYLOAD_TYPE`]); `asset` and
-//! `payTo` are addresses ([`reason::INVALID_REQUIREMENTS`]); the payload is a
-//! Permit2 payload whose witness names a facilitator for `upto` and none for
-//! `exact` ([`reason::UPTO_PAYLOAD`], [`reason::PAYLOAD`]); `spender` is the
-//! scheme's proxy ([`reason::PERMIT2_SPENDER`]); `witness.to == payTo`
-//! ([`reason::PERMIT2_RECIPIENT_MISMATCH`]); `witness.facilitator` is the
-//! ledger's signer ([`reason::UPTO_FACILITATOR_MISMATCH`]); `deadline >= now
-//! + margin` ([`reason::PERMIT2_DEADLINE_EXPIRED`]); `witness.validAfter <=
-//! now` ([`reason::PERMIT2_NOT_YET_VALID`]); the amount: `permitted.amount ==
-//! amount` at `verify` and for `exact` ([`reason::PERMIT2_AMOUNT_MISMATCH`]),
-//! and at an `upto` `settle` the charge `<= permitted.amount`
-//! ([`reason::UPTO_SETTLEMENT_EXCEEDS_AMOUNT`]) and `permitted.amount` is the
-//! ceiling the payment accepted ([`reason::PERMIT2_AMOUNT_MISMATCH`]);
-//! `permitted.token == asset` ([`reason::PERMIT2_TOKEN_MISMATCH`]); the
-//! signature recovers `from` ([`reason::PERMIT2_SIGNATURE`]); then the ledger:
-//! the owner's Permit2 nonce is unused ([`reason::PERMIT2_INVALID_NONCE`]),
-//! the balance covers the amount ([`reason::PERMIT2_INSUFFICIENT_BALANCE`]),
-//! and on `verify` the dry run succeeds ([`reason::PERMIT2_SIMULATION_FAILED`]).
+//! The checks, in order, with the reason code of each failure:
+//!
+//! 1. for `upto`, both schemes are `upto` and the protocol is v2
+//!    ([`reason::UPTO_SCHEME`]) and the networks match
+//!    ([`reason::UPTO_NETWORK_MISMATCH`]); for `exact`, as above;
+//! 2. the network is served ([`reason::UNSUPPORTED_NETWORK`]);
+//! 3. the ledger settles Permit2 and the protocol is v2
+//!    ([`reason::UNSUPPORTED_PAYLOAD_TYPE`]);
+//! 4. `asset` and `payTo` are addresses ([`reason::INVALID_REQUIREMENTS`]);
+//! 5. the payload is a Permit2 payload whose witness names a facilitator for
+//!    `upto` and none for `exact` ([`reason::UPTO_PAYLOAD`],
+//!    [`reason::PAYLOAD`]);
+//! 6. `spender` is the scheme's proxy ([`reason::PERMIT2_SPENDER`]);
+//! 7. `witness.to == payTo` ([`reason::PERMIT2_RECIPIENT_MISMATCH`]);
+//! 8. `witness.facilitator` is the ledger's signer
+//!    ([`reason::UPTO_FACILITATOR_MISMATCH`]);
+//! 9. `deadline >= now + margin` ([`reason::PERMIT2_DEADLINE_EXPIRED`]);
+//! 10. `witness.validAfter <= now` ([`reason::PERMIT2_NOT_YET_VALID`]);
+//! 11. the amount: `permitted.amount == amount` at `verify` and for `exact`
+//!     ([`reason::PERMIT2_AMOUNT_MISMATCH`]); at an `upto` `settle`, the
+//!     charge `<= permitted.amount`
+//!     ([`reason::UPTO_SETTLEMENT_EXCEEDS_AMOUNT`]) and `permitted.amount`
+//!     is the ceiling the payment accepted
+//!     ([`reason::PERMIT2_AMOUNT_MISMATCH`]);
+//! 12. `permitted.token == asset` ([`reason::PERMIT2_TOKEN_MISMATCH`]);
+//! 13. the signature recovers `from` ([`reason::PERMIT2_SIGNATURE`]);
+//! 14. the ledger: the owner's Permit2 nonce is unused
+//!     ([`reason::PERMIT2_INVALID_NONCE`]), the balance covers the amount
+//!     ([`reason::PERMIT2_INSUFFICIENT_BALANCE`]), the payer's allowance to
+//!     Permit2 covers it when the ledger reads it
+//!     ([`reason::PERMIT2_ALLOWANCE_REQUIRED`]), and on `verify` the dry run
+//!     succeeds ([`reason::PERMIT2_SIMULATION_FAILED`]).
 //!
 //! An `upto` charge of `0` settles with `success: true`, `transaction: ""` and
 //! `amount: "0"` without asking the ledger (the engine already skips the
@@ -211,6 +221,8 @@ pub mod reason {
     pub const PERMIT2_ALLOWANCE_REQUIRED: &str = "permit2_allowance_required";
     /// Permit2: simulating the settlement on the chain failed.
     pub const PERMIT2_SIMULATION_FAILED: &str = "permit2_simulation_failed";
+    /// Permit2: the scheme's x402 proxy (or Permit2) has no code on the chain.
+    pub const PERMIT2_PROXY_NOT_DEPLOYED: &str = "permit2_proxy_not_deployed";
 }
 
 /// The default margin before `validBefore`: an authorization must stay valid
@@ -298,10 +310,14 @@ impl Transfer<'_> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LedgerState {
-    /// Whether the token has already used (or cancelled) the nonce.
+    /// Whether the token has already used (or cancelled) the nonce; for
+    /// Permit2, whether the owner has spent it.
     pub nonce_used: bool,
     /// The payer's balance of the token, in atomic units.
     pub balance: U256,
+    /// Permit2 only: the payer's ERC-20 allowance to Permit2, when the ledger
+    /// knows it (`None`: not checked, e.g. the dev ledger, which needs none).
+    pub permit2_allowance: Option<U256>,
 }
 
 impl LedgerState {
@@ -310,7 +326,15 @@ impl LedgerState {
         Self {
             nonce_used,
             balance,
+            permit2_allowance: None,
         }
+    }
+
+    /// With the payer's allowance to Permit2.
+    #[must_use]
+    pub fn with_permit2_allowance(mut self, allowance: U256) -> Self {
+        self.permit2_allowance = Some(allowance);
+        self
     }
 }
 

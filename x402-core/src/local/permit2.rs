@@ -346,6 +346,16 @@ impl LocalFacilitator {
                 payer,
             )));
         }
+        if state
+            .permit2_allowance
+            .is_some_and(|allowance| allowance < checked.amount)
+        {
+            return Ok(Some(refuse(
+                reason::PERMIT2_ALLOWANCE_REQUIRED,
+                "the payer has not approved Permit2 for the amount on the token",
+                payer,
+            )));
+        }
         if phase == Phase::Verify {
             if let Some(message) = self
                 .ledger

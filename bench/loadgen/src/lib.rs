@@ -1,0 +1,34 @@
+//! Shared by the bench server and the load generator: the payers both sides
+//! derive from one seed (the server funds them on its dev ledger, the
+//! generator signs with them), and where the server says it listens.
+
+use alloy_primitives::{keccak256, B256};
+use alloy_signer_local::PrivateKeySigner;
+
+/// The line prefix the bench server prints once it listens.
+pub const LISTENING: &str = "listening on http://";
+
+/// The `i`th payer for `seed`: the key is `keccak256("x402-bench" ‖ seed ‖ i)`.
+pub fn payer(seed: u64, i: u64) -> PrivateKeySigner {
+    let mut bytes = Vec::with_capacity(26);
+    bytes.extend_from_slice(b"x402-bench");
+    bytes.extend_from_slice(&seed.to_be_bytes());
+    bytes.extend_from_slice(&i.to_be_bytes());
+    let mut key: B256 = keccak256(&bytes);
+    // A keccak output is a valid secp256k1 key with overwhelming probability;
+    // rehash in the astronomically unlikely other case.
+    loop {
+        if let Ok(signer) = PrivateKeySigner::from_bytes(&key) {
+            return signer;
+        }
+        key = keccak256(key);
+    }
+}
+
+/// Reads a numeric environment variable, with a default.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}

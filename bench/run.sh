@@ -1,0 +1,251 @@
+#!/usr/bin/env bash
+# The load harness: builds in release mode, starts each server on 127.0.0.1,
+# drives it with bench/loadgen, prints one summary, and stops everything it
+# started. Usage, from the repository root or anywhere:
+#
+#   bash bench/run.sh
+#
+# Knobs (environment):
+#   DURATION=10        seconds per path
+#   MEM_DURATION=60    seconds of the memory run (paid path, in-memory claims)
+#   MEM_RATE=500       requests/s of the memory run (each needs a pre-signed payment)
+#   MEM_EVERY=5        seconds between RSS samples in the memory run
+#   CONNECTIONS=32     concurrent keep-alive connections
+#   LOADGEN_THREADS=1  tokio worker threads of the load generator
+#   PAID_MAX=40000     pre-signed payments per paid path (caps the request count)
+#   SESSIONS=1600      sessions bought before the redemption run (99 calls each)
+#   PAYERS=64          funded payers on the dev ledger
+#   REDIS_URL=redis://127.0.0.1:6379   used if it answers; else a private
+#                      redis-server is started on a free port (and stopped)
+#   SKIP_REDIS=1       skip the Redis paths
+#   SKIP_MEMORY=1      skip the 60 s memory run
+#   PERF=0             do not profile the paid path with perf (default: profile if perf works)
+#   PERF_SECONDS=5     length of the perf capture
+#   SERVER_CPUS / LOADGEN_CPUS   e.g. "0" and "1": pin with taskset
+#   OUT=bench/results/<timestamp>  where logs and results go
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+DURATION="${DURATION:-10}"
+MEM_DURATION="${MEM_DURATION:-60}"
+MEM_RATE="${MEM_RATE:-500}"
+MEM_EVERY="${MEM_EVERY:-5}"
+CONNECTIONS="${CONNECTIONS:-32}"
+PAID_MAX="${PAID_MAX:-40000}"
+SESSIONS="${SESSIONS:-1600}"
+PAYERS="${PAYERS:-64}"
+SEED="${SEED:-$RANDOM}"
+PERF_SECONDS="${PERF_SECONDS:-5}"
+OUT="${OUT:-bench/results/$(date -u +%Y%m%dT%H%M%SZ)}"
+mkdir -p "$OUT"
+RESULTS="$OUT/results.jsonl"
+: > "$RESULTS"
+export LOADGEN_THREADS="${LOADGEN_THREADS:-1}"
+
+# Everything this script starts is recorded here and stopped on exit.
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]:-}"; do
+        [ -n "$pid" ] || continue
+        if kill -0 "$pid" 2>/dev/null; then
+            kill -TERM "$pid" 2>/dev/null || true
+        fi
+    done
+    sleep 0.3
+    for pid in "${PIDS[@]:-}"; do
+        [ -n "$pid" ] || continue
+        if kill -0 "$pid" 2>/dev/null; then
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+    done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log() { printf '[bench %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+
+pin() { # pin CPUS CMD...: run under taskset when CPUS is set
+    local cpus="$1"; shift
+    if [ -n "$cpus" ] && command -v taskset >/dev/null; then
+        taskset -c "$cpus" "$@"
+    else
+        "$@"
+    fi
+}
+
+log "building (release)"
+cargo build --release -p x402-loadgen --bins 2>&1 | tail -n 3 >&2
+TARGET_DIR="$(cargo metadata --format-version 1 --no-deps 2>/dev/null \
+    | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+BIN="${TARGET_DIR:-$ROOT/target}/release"
+for b in bench-server loadgen bench-report; do
+    [ -x "$BIN/$b" ] || { echo "missing $BIN/$b" >&2; exit 1; }
+done
+
+# --- Redis -----------------------------------------------------------------
+tcp_open() { # tcp_open HOST PORT
+    (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null
+}
+redis_ping() { # redis_ping HOST PORT: true when it answers +PONG
+    local reply
+    reply="$(exec 3<>"/dev/tcp/$1/$2" && printf 'PING\r\n' >&3 && timeout 2 head -c 5 <&3)" 2>/dev/null || return 1
+    [ "$reply" = "+PONG" ]
+}
+free_port() {
+    local p
+    for _ in $(seq 1 200); do
+        p=$(( (RANDOM % 20000) + 30000 ))
+        if ! tcp_open 127.0.0.1 "$p"; then echo "$p"; return 0; fi
+    done
+    return 1
+}
+
+REDIS_OK=0
+if [ "${SKIP_REDIS:-0}" != 1 ]; then
+    REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
+    hostport="${REDIS_URL#redis://}"; hostport="${hostport##*@}"; hostport="${hostport%%/*}"
+    rhost="${hostport%%:*}"; rport="${hostport##*:}"; [ "$rport" = "$hostport" ] && rport=6379
+    if redis_ping "$rhost" "$rport"; then
+        log "using the Redis at $REDIS_URL"
+        REDIS_OK=1
+    elif command -v redis-server >/dev/null; then
+        rport="$(free_port)"
+        log "no Redis at $REDIS_URL: starting redis-server on 127.0.0.1:$rport"
+        redis-server --bind 127.0.0.1 --port "$rport" --save '' --appendonly no \
+            --protected-mode yes > "$OUT/redis.log" 2>&1 &
+        PIDS+=("$!")
+        for _ in $(seq 1 50); do redis_ping 127.0.0.1 "$rport" && break; sleep 0.1; done
+        if redis_ping 127.0.0.1 "$rport"; then
+            REDIS_URL="redis://127.0.0.1:$rport"
+            REDIS_OK=1
+        else
+            log "redis-server did not answer; skipping the Redis paths"
+        fi
+    else
+        log "no Redis and no redis-server binary: skipping the Redis paths (apt-get install redis-server)"
+    fi
+fi
+
+# --- Servers and runs ---------------------------------------------------------
+SERVER_PID=""
+start_server() { # start_server NAME MODE [ENV=VAL...]
+    local name="$1" mode="$2"; shift 2
+    local logf="$OUT/server-$name.log"
+    env -u REDIS_URL -u FACILITATOR_URL -u EVM_RPC_URL -u WEBHOOK_URL -u WEBHOOK_SECRET \
+        HOST=127.0.0.1 PORT=0 BENCH_PAYERS="$PAYERS" BENCH_SEED="$SEED" "$@" \
+        "$BIN/bench-server" "$mode" > "$logf" 2>&1 &
+    SERVER_PID="$!"
+    PIDS+=("$SERVER_PID")
+    if [ -n "${SERVER_CPUS:-}" ] && command -v taskset >/dev/null; then
+        taskset -pc "$SERVER_CPUS" "$SERVER_PID" >/dev/null
+    fi
+    ADDR=""
+    for _ in $(seq 1 100); do
+        ADDR="$(sed -n 's|^listening on http://||p' "$logf" | head -n 1)"
+        [ -n "$ADDR" ] && break
+        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$logf" >&2; exit 1; }
+        sleep 0.1
+    done
+    [ -n "$ADDR" ] || { log "server $name did not start"; cat "$logf" >&2; exit 1; }
+}
+stop_server() {
+    kill -TERM "$SERVER_PID" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+}
+
+# run_load LABEL LOADGEN-ARGS...: loadgen against $ADDR/$SERVER_PID, bounded
+# by `timeout` as well as by its own duration and count.
+run_load() {
+    local label="$1"; shift
+    local limit=$(( ${DURATION%.*} + ${MEM_DURATION%.*} + 300 ))
+    pin "${LOADGEN_CPUS:-}" timeout "$limit" "$BIN/loadgen" --addr "$ADDR" --label "$label" \
+        --connections "$CONNECTIONS" --payers "$PAYERS" --seed "$SEED" \
+        --server-pid "$SERVER_PID" "$@" > "$OUT/$label.json" 2> "$OUT/$label.err" &
+    local lg="$!"
+    PIDS+=("$lg")
+    if [ "${PROFILE_THIS:-0}" = 1 ]; then
+        # Profile the server once the timed phase has started.
+        for _ in $(seq 1 600); do grep -q running "$OUT/$label.err" 2>/dev/null && break; sleep 0.1; done
+        sleep 1
+        perf record -e cpu-clock -F 999 -g -p "$SERVER_PID" -o "$OUT/perf-$label.data" -- sleep "$PERF_SECONDS" \
+            > "$OUT/perf-$label.log" 2>&1 || log "perf record failed (see $OUT/perf-$label.log)"
+    fi
+    if ! wait "$lg"; then
+        log "loadgen $label failed:"; cat "$OUT/$label.err" >&2; return 1
+    fi
+    cat "$OUT/$label.err" >&2
+    cat "$OUT/$label.json" >> "$RESULTS"
+}
+
+PERF_OK=0
+if [ "${PERF:-1}" != 0 ] && command -v perf >/dev/null && perf record -e cpu-clock -o /dev/null -- true >/dev/null 2>&1; then
+    PERF_OK=1
+fi
+
+log "seed $SEED, $PAYERS payers, $CONNECTIONS connections, ${DURATION}s per path; results in $OUT"
+
+log "1/6 baseline: the same handler body, no paywall layer"
+start_server baseline baseline
+run_load baseline --mode plain --path /exact/evm/eip3009 --duration "$DURATION" --expect 200
+stop_server
+
+log "2/6 402 challenge path (paid-api, no payment header)"
+start_server challenge paid-api
+run_load challenge-402 --mode plain --path /exact/evm/eip3009 --duration "$DURATION" --expect 402
+stop_server
+
+log "3/6 paid exact path: in-process facilitator, dev ledger, in-memory claims"
+start_server paid-memory paid-api
+PROFILE_THIS="$PERF_OK" run_load paid-memory --mode paid --path /exact/evm/eip3009 \
+    --duration "$DURATION" --max-requests "$PAID_MAX" --expect 200
+stop_server
+
+if [ "$REDIS_OK" = 1 ]; then
+    log "4/6 paid exact path with Redis claims ($REDIS_URL)"
+    start_server paid-redis paid-api REDIS_URL="$REDIS_URL"
+    run_load paid-redis --mode paid --path /exact/evm/eip3009 \
+        --duration "$DURATION" --max-requests "$PAID_MAX" --expect 200
+    stop_server
+
+    log "5/6 session redemption on Redis ($SESSIONS sessions bought first)"
+    start_server session-redis paid-api REDIS_URL="$REDIS_URL"
+    run_load session-redis --mode session --path /session/demo --sessions "$SESSIONS" \
+        --duration "$DURATION" --expect 200
+    stop_server
+else
+    log "4/6, 5/6 skipped (no Redis)"
+fi
+
+if [ "${SKIP_MEMORY:-0}" != 1 ]; then
+    mem_max=$(( ${MEM_DURATION%.*} * ${MEM_RATE%.*} + 1000 ))
+    log "6/6 memory: paid path, in-memory claims, ${MEM_DURATION}s at ${MEM_RATE} req/s, RSS every ${MEM_EVERY}s"
+    start_server memory paid-api
+    run_load memory-paid --mode paid --path /exact/evm/eip3009 --duration "$MEM_DURATION" \
+        --rate "$MEM_RATE" --max-requests "$mem_max" --sample-every "$MEM_EVERY" --expect 200
+    stop_server
+fi
+
+echo
+echo "== x402 load harness: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')), ${DURATION}s per path, $CONNECTIONS connections, loadgen threads $LOADGEN_THREADS"
+"$BIN/bench-report" "$RESULTS"
+
+if [ "$PERF_OK" = 1 ] && [ -f "$OUT/perf-paid-memory.data" ]; then
+    echo
+    echo "Profile of the paid path (server, ${PERF_SECONDS}s, perf, self time by symbol, top entries):"
+    perf report -i "$OUT/perf-paid-memory.data" --no-children -g none --sort symbol --stdio 2>/dev/null \
+        | grep -E '^ +[0-9]' | head -n 25 | tee "$OUT/perf-top.txt"
+    perf report -i "$OUT/perf-paid-memory.data" --no-children -g none --sort symbol --stdio 2>/dev/null \
+        | grep -E '^ +[0-9]' > "$OUT/perf-all.txt" || true
+    awk '
+        { pct = $1; sub(/%/, "", pct); total += pct }
+        /k256|ecdsa|elliptic_curve|primeorder|crypto_bigint|secp256k1/ { ec += pct }
+        /keccak|Keccak|sha3/ { kk += pct }
+        END { printf "secp256k1 (k256/ecdsa/elliptic_curve) self time: %.1f%% of server samples; keccak: %.1f%%\n", ec, kk }
+    ' "$OUT/perf-all.txt"
+fi
+echo "(raw results: $RESULTS; logs in $OUT)"

@@ -1,0 +1,335 @@
+//! Discovery and observability routes.
+//!
+//! - [`Discovery`] (feature `discovery`): `GET /.well-known/x402`, the
+//!   engine's discovery document (format in [`x402_core::discovery`]), and
+//!   optionally `GET /.well-known/x402/openapi.json`, an OpenAPI 3.1 document
+//!   of the paid routes.
+//! - [`prometheus_router`] (feature `prometheus`): the Prometheus text
+//!   exposition of a `metrics-exporter-prometheus` recorder, with the engine's
+//!   series (feature `metrics` of x402-core, enabled by this one).
+
+#[cfg(feature = "prometheus")]
+pub use self::prometheus::prometheus_router;
+#[cfg(feature = "discovery")]
+pub use self::well_known::Discovery;
+
+#[cfg(feature = "discovery")]
+mod well_known {
+    use std::sync::Arc;
+
+    use axum::{
+        extract::State,
+        http::{header, HeaderMap, HeaderValue},
+        response::{IntoResponse, Response},
+        routing::get,
+        Json, Router,
+    };
+    use x402_core::{
+        discovery::{OpenApiInfo, WELL_KNOWN_PATH},
+        Engine,
+    };
+
+    /// Serves an engine's discovery document at `GET /.well-known/x402` and,
+    /// with [`openapi`](Self::openapi), an OpenAPI 3.1 document at
+    /// `GET /.well-known/x402/openapi.json`. Merge it into the app's router,
+    /// outside the paywall layer's protected routes (the routes are free).
+    ///
+    /// ```
+    /// # use x402_core::facilitator::{Facilitator, FacilitatorError};
+    /// # use x402_core::proto::*;
+    /// # #[derive(Debug)] struct Nobody;
+    /// # #[async_trait::async_trait] impl Facilitator for Nobody {
+    /// #   async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
+    /// #   async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
+    /// #   async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> { Ok(Default::default()) }
+    /// # }
+    /// use x402_axum::{core::discovery::OpenApiInfo, discovery::Discovery, Engine, Offer, PaywallLayer, Route};
+    ///
+    /// let engine = Engine::builder(Nobody)
+    ///     .route(Route::get("/report").offer(Offer::exact(
+    ///         "eip155:84532",
+    ///         "$0.01",
+    ///         "0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
+    ///     )))
+    ///     .build()
+    ///     .unwrap();
+    /// let app: axum::Router = axum::Router::new()
+    ///     .route("/report", axum::routing::get(|| async { "paid" }))
+    ///     .layer(PaywallLayer::new(engine.clone()))
+    ///     .merge(
+    ///         Discovery::new(engine)
+    ///             .base_url("https://api.example.com")
+    ///             .openapi(OpenApiInfo::new("Reports", "1.0.0"))
+    ///             .into_router(),
+    ///     );
+    /// # let _ = app;
+    /// ```
+    #[derive(Debug, Clone)]
+    #[must_use]
+    pub struct Discovery {
+        engine: Engine,
+        base_url: Option<String>,
+        openapi: Option<OpenApiInfo>,
+    }
+
+    #[derive(Debug)]
+    struct Shared {
+        engine: Engine,
+        base_url: Option<String>,
+        openapi: Option<OpenApiInfo>,
+    }
+
+    impl Discovery {
+        /// Discovery for `engine`'s routes.
+        pub fn new(engine: Engine) -> Self {
+            Self {
+                engine,
+                base_url: None,
+                openapi: None,
+            }
+        }
+
+        /// The public base URL of the API (`https://api.example.com`).
+        /// Without it, each request's `Host` and `X-Forwarded-Proto` are used:
+        /// set it when a shared cache sits in front, since those headers come
+        /// from the client.
+        pub fn base_url(mut self, url: impl Into<String>) -> Self {
+            self.base_url = Some(url.into());
+            self
+        }
+
+        /// Also serves an OpenAPI 3.1 document with this `info`.
+        pub fn openapi(mut self, info: OpenApiInfo) -> Self {
+            self.openapi = Some(info);
+            self
+        }
+
+        /// The routes, for [`Router::merge`].
+        pub fn into_router<S>(self) -> Router<S>
+        where
+            S: Clone + Send + Sync + 'static,
+        {
+            let serve_openapi = self.openapi.is_some();
+            let shared = Arc::new(Shared {
+                engine: self.engine,
+                base_url: self.base_url,
+                openapi: self.openapi,
+            });
+            let mut router = Router::new().route(WELL_KNOWN_PATH, get(document));
+            if serve_openapi {
+                router = router.route(&format!("{WELL_KNOWN_PATH}/openapi.json"), get(openapi));
+            }
+            router.with_state(shared)
+        }
+    }
+
+    /// The base URL: configured, else from `Host` (validated) and
+    /// `X-Forwarded-Proto`.
+    fn base_url(shared: &Shared, headers: &HeaderMap) -> (String, bool) {
+        if let Some(url) = &shared.base_url {
+            return (url.clone(), false);
+        }
+        let host = headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .filter(|h| {
+                !h.is_empty()
+                    && h.len() <= 255
+                    && h.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
+            })
+            .unwrap_or("localhost");
+        let scheme = match headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+        {
+            Some("https") => "https",
+            _ => "http",
+        };
+        (format!("{scheme}://{host}"), true)
+    }
+
+    fn json(value: serde_json::Value, from_request: bool) -> Response {
+        let mut response = Json(value).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("public, max-age=60"),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_ORIGIN,
+            HeaderValue::from_static("*"),
+        );
+        if from_request {
+            headers.insert(
+                header::VARY,
+                HeaderValue::from_static("host, x-forwarded-proto"),
+            );
+        }
+        response
+    }
+
+    async fn document(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+        let (base, from_request) = base_url(&shared, &headers);
+        json(shared.engine.discovery_document(&base).await, from_request)
+    }
+
+    async fn openapi(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+        let (base, from_request) = base_url(&shared, &headers);
+        let Some(info) = &shared.openapi else {
+            return axum::http::StatusCode::NOT_FOUND.into_response();
+        };
+        json(shared.engine.openapi(info, Some(&base)).await, from_request)
+    }
+}
+
+#[cfg(feature = "prometheus")]
+mod prometheus {
+    use axum::{
+        extract::State,
+        http::{header, HeaderValue},
+        response::{IntoResponse, Response},
+        routing::get,
+        Router,
+    };
+    use metrics_exporter_prometheus::PrometheusHandle;
+
+    /// `GET path` answering the Prometheus text exposition of `handle`
+    /// (`text/plain; version=0.0.4`).
+    ///
+    /// ```
+    /// use metrics_exporter_prometheus::PrometheusBuilder;
+    ///
+    /// let recorder = PrometheusBuilder::new().build_recorder();
+    /// let handle = recorder.handle();
+    /// // In an application: metrics::set_global_recorder(recorder).unwrap();
+    /// let app: axum::Router = x402_axum::discovery::prometheus_router("/metrics", handle);
+    /// # let _ = (app, recorder);
+    /// ```
+    ///
+    /// Keep it off the public internet (bind it on another listener, or
+    /// guard it with your own layer): route names and payment volumes are
+    /// business data.
+    pub fn prometheus_router<S>(path: &str, handle: PrometheusHandle) -> Router<S>
+    where
+        S: Clone + Send + Sync + 'static,
+    {
+        Router::new().route(path, get(render)).with_state(handle)
+    }
+
+    async fn render(State(handle): State<PrometheusHandle>) -> Response {
+        let mut response = handle.render().into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        );
+        response
+    }
+}
+
+#[cfg(all(test, feature = "discovery"))]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use axum::{body::Body, http::Request, Router};
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    use x402_core::{
+        discovery::{Bazaar, OpenApiInfo},
+        facilitator::{Facilitator, FacilitatorError},
+        proto::*,
+        Engine, Offer, Route,
+    };
+
+    use super::Discovery;
+
+    #[derive(Debug)]
+    struct Nobody;
+
+    #[async_trait::async_trait]
+    impl Facilitator for Nobody {
+        async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> {
+            Err(FacilitatorError::Timeout)
+        }
+        async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> {
+            Err(FacilitatorError::Timeout)
+        }
+        async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
+            Err(FacilitatorError::Timeout)
+        }
+    }
+
+    fn engine() -> Engine {
+        let pay_to = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
+        Engine::builder(Nobody)
+            .route(
+                Route::get("/weather/:city")
+                    .offer(Offer::exact("eip155:84532", "$0.001", pay_to))
+                    .bazaar(Bazaar::http().query_param("units", "metric")),
+            )
+            // Needs `/supported`, which is down: listed as unavailable.
+            .route(Route::get("/metered").offer(Offer::upto("eip155:84532", "2000", pay_to)))
+            .build()
+            .unwrap()
+    }
+
+    async fn get(
+        app: Router,
+        uri: &str,
+        host: &str,
+    ) -> (u16, axum::http::HeaderMap, serde_json::Value) {
+        let response = app
+            .oneshot(
+                Request::get(uri)
+                    .header("host", host)
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (
+            status,
+            headers,
+            serde_json::from_slice(&body).unwrap_or_default(),
+        )
+    }
+
+    #[tokio::test]
+    async fn serves_the_document_and_openapi() {
+        let app: Router = Discovery::new(engine())
+            .openapi(OpenApiInfo::new("Weather", "1"))
+            .into_router();
+        let (status, headers, doc) = get(app.clone(), "/.well-known/x402", "api.example.com").await;
+        assert_eq!(status, 200);
+        assert_eq!(headers["content-type"], "application/json");
+        assert_eq!(doc["baseUrl"], "http://api.example.com");
+        assert_eq!(
+            doc["resources"][0]["resource"],
+            "http://api.example.com/weather/:city"
+        );
+        assert_eq!(doc["resources"][0]["accepts"][0]["amount"], "1000");
+        assert_eq!(doc["resources"][1]["pricing"], "unavailable");
+        // A hostile Host is not reflected.
+        let (_, _, doc) = get(app.clone(), "/.well-known/x402", "evil\"<x>").await;
+        assert_eq!(doc["baseUrl"], "http://localhost");
+        let (status, _, api) = get(app, "/.well-known/x402/openapi.json", "api.example.com").await;
+        assert_eq!(status, 200);
+        assert_eq!(api["openapi"], "3.1.0");
+        assert!(api["paths"]["/weather/{city}"]["get"]["x-payment-info"].is_object());
+    }
+
+    #[tokio::test]
+    async fn a_fixed_base_url_wins_and_openapi_is_opt_in() {
+        let app: Router = Discovery::new(engine())
+            .base_url("https://pay.example.com/")
+            .into_router();
+        let (_, headers, doc) = get(app.clone(), "/.well-known/x402", "other.example.com").await;
+        assert_eq!(doc["baseUrl"], "https://pay.example.com");
+        assert!(headers.get("vary").is_none());
+        let (status, _, _) = get(app, "/.well-known/x402/openapi.json", "x").await;
+        assert_eq!(status, 404);
+    }
+}
