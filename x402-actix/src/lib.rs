@@ -77,9 +77,14 @@
 mod convert;
 mod extract;
 mod middleware;
+#[cfg(feature = "webhooks")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
+mod webhook;
 
 pub use self::extract::{MissingPaywall, Payment, UsageMeter};
 pub use self::middleware::{X402Middleware, X402MiddlewareService};
+#[cfg(feature = "webhooks")]
+pub use self::webhook::{VerifiedWebhook, WebhookRejection};
 pub use x402_core::{self as core, Engine, Offer, Route, VerifiedPayment};
 
 #[cfg(test)]

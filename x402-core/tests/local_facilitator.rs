@@ -308,7 +308,8 @@ async fn dev_request_shape_refusals() {
             r.scheme = "upto".into();
             p.accepted.scheme = "upto".into();
         }),
-        reason::SCHEME,
+        // An upto requirement with an EIP-3009 payload: upto is Permit2 only.
+        reason::UPTO_PAYLOAD,
     )
     .await;
     check(
@@ -465,6 +466,8 @@ async fn dev_supported_lists_v2_and_v1_kinds_and_the_dev_signer() {
             (X402Version::V2, "exact", "eip155:31337"),
             (X402Version::V2, "exact", "eip155:84532"),
             (X402Version::V1, "exact", "base-sepolia"),
+            (X402Version::V2, "upto", "eip155:31337"),
+            (X402Version::V2, "upto", "eip155:84532"),
         ]
     );
     assert_eq!(
@@ -696,7 +699,8 @@ async fn engine_through_the_facilitator_served_over_http() {
     let remote = HttpFacilitator::new(format!("http://{addr}")).unwrap();
     // The served API itself.
     let supported = remote.supported().await.unwrap();
-    assert_eq!(supported.kinds.len(), 2);
+    // exact v2, exact v1 (base-sepolia), upto v2.
+    assert_eq!(supported.kinds.len(), 3);
     assert_eq!(
         supported.signers["eip155:*"],
         [DEV_LEDGER_SIGNER.to_checksum(None)]

@@ -14,6 +14,11 @@
 //! nothing set, the server runs offline on an in-memory **dev ledger** (fake
 //! balances on a testnet, never a mainnet).
 //!
+//! The framework-neutral part (facilitator, route table, stores, webhooks)
+//! is [`engine`]; [`app`] puts that engine in front of an axum router. The
+//! actix-web twin, `examples/paid-api-actix`, reuses [`engine`] and
+//! [`Config`] as they are: one route table, two frameworks.
+//!
 //! ```no_run
 //! # async fn run() -> Result<(), paid_api::Error> {
 //! let config = paid_api::Config::from_env()?;
@@ -398,9 +403,20 @@ impl AppState {
         let _ = self.shutdown.send(true);
     }
 
-    async fn wait_for_shutdown(&self) {
+    /// Resolves once [`shutdown`](Self::shutdown) has been called (at once if
+    /// it already was). Servers other than [`serve`] stop on it.
+    pub async fn wait_for_shutdown(&self) {
         let mut rx = self.shutdown.subscribe();
         let _ = rx.wait_for(|closed| *closed).await;
+    }
+
+    /// Stops the webhook worker, if any, letting pending deliveries finish
+    /// for up to `grace` (undelivered ones stay in the outbox). Call it once
+    /// the server has stopped taking requests.
+    pub async fn stop_webhooks(&self, grace: Duration) {
+        if let Some(worker) = self.webhook_worker.lock().await.take() {
+            worker.shutdown(grace).await;
+        }
     }
 }
 
@@ -486,10 +502,15 @@ fn routes(config: &Config) -> Vec<Route> {
     ]
 }
 
-/// Builds the router (with the paywall) and the state handles.
-pub async fn app(config: Config) -> Result<(Router, AppState), Error> {
-    let (facilitator, dev_ledger) = facilitator(&config).await?;
-    let mut engine = Engine::builder_arc(facilitator).routes(routes(&config));
+/// Builds the payment engine (facilitator, route table, replay and session
+/// stores, webhooks) and the state handles: everything but the web framework.
+///
+/// [`app`] wraps an axum router in it; `examples/paid-api-actix` wraps an
+/// actix-web `App` in the same engine. The webhook worker (when
+/// `WEBHOOK_URL` is set) starts here, on the current tokio runtime.
+pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
+    let (facilitator, dev_ledger) = facilitator(config).await?;
+    let mut engine = Engine::builder_arc(facilitator).routes(routes(config));
 
     // One process: claims and sessions in memory (the defaults). Several
     // instances behind a load balancer must share Redis.
@@ -534,6 +555,13 @@ pub async fn app(config: Config) -> Result<(Router, AppState), Error> {
         shutdown: Arc::new(shutdown),
         webhook_worker: Arc::new(Mutex::new(webhook_worker)),
     };
+    Ok((engine, state))
+}
+
+/// Builds the router (with the paywall) and the state handles: [`engine`]
+/// in front of the axum handlers.
+pub async fn app(config: Config) -> Result<(Router, AppState), Error> {
+    let (engine, state) = engine(&config).await?;
 
     // The engine's route table decides what is paid: `/health` and `/close`
     // are not in it, so they pass through the paywall for free.
@@ -560,18 +588,17 @@ pub async fn serve(
         .with_graceful_shutdown(async move {
             tokio::select! {
                 () = stop.wait_for_shutdown() => {}
-                () = signal() => {}
+                () = shutdown_signal() => {}
             }
         })
         .await?;
-    if let Some(worker) = state.webhook_worker.lock().await.take() {
-        worker.shutdown(Duration::from_secs(5)).await;
-    }
+    state.stop_webhooks(Duration::from_secs(5)).await;
     Ok(())
 }
 
-/// Resolves on ctrl-c or (on unix) SIGTERM.
-async fn signal() {
+/// Resolves on ctrl-c or (on unix) SIGTERM: the process signals that stop
+/// the server gracefully.
+pub async fn shutdown_signal() {
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
