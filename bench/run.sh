@@ -67,14 +67,14 @@ trap 'exit 130' INT TERM
 
 log() { printf '[bench %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
-pin() { # pin CPUS CMD...: run under taskset when CPUS is set
-    local cpus="$1"; shift
-    if [ -n "$cpus" ] && command -v taskset >/dev/null; then
-        taskset -c "$cpus" "$@"
-    else
-        "$@"
-    fi
-}
+# Command prefixes that pin the server / the generator (arrays, so that the
+# recorded $! is the process itself, not a subshell).
+PIN_SERVER=()
+PIN_LOADGEN=()
+if command -v taskset >/dev/null; then
+    [ -n "${SERVER_CPUS:-}" ] && PIN_SERVER=(taskset -c "$SERVER_CPUS")
+    [ -n "${LOADGEN_CPUS:-}" ] && PIN_LOADGEN=(taskset -c "$LOADGEN_CPUS")
+fi
 
 log "building (release)"
 cargo build --release -p x402-loadgen --bins 2>&1 | tail -n 3 >&2
@@ -134,17 +134,14 @@ SERVER_PID=""
 start_server() { # start_server NAME MODE [ENV=VAL...]
     local name="$1" mode="$2"; shift 2
     local logf="$OUT/server-$name.log"
-    env -u REDIS_URL -u FACILITATOR_URL -u EVM_RPC_URL -u WEBHOOK_URL -u WEBHOOK_SECRET \
-        HOST=127.0.0.1 PORT=0 BENCH_PAYERS="$PAYERS" BENCH_SEED="$SEED" "$@" \
+    "${PIN_SERVER[@]}" env -u REDIS_URL -u FACILITATOR_URL -u EVM_RPC_URL \
+        -u WEBHOOK_URL -u WEBHOOK_SECRET -u DEV_FUND HOST=127.0.0.1 PORT=0 BENCH_PAYERS="$PAYERS" BENCH_SEED="$SEED" "$@" \
         "$BIN/bench-server" "$mode" > "$logf" 2>&1 &
     SERVER_PID="$!"
     PIDS+=("$SERVER_PID")
-    if [ -n "${SERVER_CPUS:-}" ] && command -v taskset >/dev/null; then
-        taskset -pc "$SERVER_CPUS" "$SERVER_PID" >/dev/null
-    fi
     ADDR=""
     for _ in $(seq 1 100); do
-        ADDR="$(sed -n 's|^listening on http://||p' "$logf" | head -n 1)"
+        ADDR="$(sed -n 's|^listening on http://||p;T;q' "$logf")"
         [ -n "$ADDR" ] && break
         kill -0 "$SERVER_PID" 2>/dev/null || { cat "$logf" >&2; exit 1; }
         sleep 0.1
@@ -163,7 +160,7 @@ stop_server() {
 run_load() {
     local label="$1"; shift
     local limit=$(( ${DURATION%.*} + ${MEM_DURATION%.*} + 300 ))
-    pin "${LOADGEN_CPUS:-}" timeout "$limit" "$BIN/loadgen" --addr "$ADDR" --label "$label" \
+    "${PIN_LOADGEN[@]}" timeout "$limit" "$BIN/loadgen" --addr "$ADDR" --label "$label" \
         --connections "$CONNECTIONS" --payers "$PAYERS" --seed "$SEED" \
         --server-pid "$SERVER_PID" "$@" > "$OUT/$label.json" 2> "$OUT/$label.err" &
     local lg="$!"
@@ -235,17 +232,20 @@ echo "== x402 load harness: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs ($(gre
 "$BIN/bench-report" "$RESULTS"
 
 if [ "$PERF_OK" = 1 ] && [ -f "$OUT/perf-paid-memory.data" ]; then
+    # Self time by symbol, as "PCT SYMBOL" lines (the whole report first, so
+    # that no pipe is cut short).
+    perf report -i "$OUT/perf-paid-memory.data" --no-children -g none --sort symbol --stdio \
+        > "$OUT/perf-report.txt" 2>/dev/null || true
+    sed -n 's/^ *\([0-9.]*%\) *\[[^]]*\] \(.*[^ -]\)[ -]*$/\1 \2/p' "$OUT/perf-report.txt" \
+        > "$OUT/perf-all.txt" || true
     echo
-    echo "Profile of the paid path (server, ${PERF_SECONDS}s, perf, self time by symbol, top entries):"
-    perf report -i "$OUT/perf-paid-memory.data" --no-children -g none --sort symbol --stdio 2>/dev/null \
-        | grep -E '^ +[0-9]' | head -n 25 | tee "$OUT/perf-top.txt"
-    perf report -i "$OUT/perf-paid-memory.data" --no-children -g none --sort symbol --stdio 2>/dev/null \
-        | grep -E '^ +[0-9]' > "$OUT/perf-all.txt" || true
+    echo "Profile of the paid path (server process, ${PERF_SECONDS}s of perf cpu-clock samples, self time by symbol):"
+    sed -n '1,20p' "$OUT/perf-all.txt" | sed 's/^/  /'
     awk '
-        { pct = $1; sub(/%/, "", pct); total += pct }
-        /k256|ecdsa|elliptic_curve|primeorder|crypto_bigint|secp256k1/ { ec += pct }
-        /keccak|Keccak|sha3/ { kk += pct }
-        END { printf "secp256k1 (k256/ecdsa/elliptic_curve) self time: %.1f%% of server samples; keccak: %.1f%%\n", ec, kk }
+        { pct = $1; sub(/%/, "", pct) }
+        /k256|ecdsa|elliptic_curve|primeorder|crypto_bigint|secp256k1|subtle::/ { ec += pct }
+        /keccak/ { kk += pct }
+        END { printf "  => secp256k1 arithmetic (k256/ecdsa/elliptic_curve/subtle): %.1f%% of server samples; keccak: %.1f%%\n", ec, kk }
     ' "$OUT/perf-all.txt"
 fi
 echo "(raw results: $RESULTS; logs in $OUT)"

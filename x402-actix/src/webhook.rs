@@ -202,7 +202,10 @@ mod tests {
             .set_payload(body.to_owned())
     }
 
-    async fn call(app_verifier: Option<WebhookVerifier>, request: test::TestRequest) -> (u16, String) {
+    async fn call(
+        app_verifier: Option<WebhookVerifier>,
+        request: test::TestRequest,
+    ) -> (u16, String) {
         let mut app = App::new().route("/hook", web::post().to(receive));
         if let Some(verifier) = app_verifier {
             app = app.app_data(web::Data::new(verifier));

@@ -172,7 +172,11 @@ async fn several_networks_on_one_route_with_solana_fee_payer_from_supported() {
             Route::get("/multi")
                 .offer(Offer::exact("eip155:84532", "$0.01", PAY_TO))
                 .offer(Offer::exact("eip155:8453", "$0.01", PAY_TO))
-                .offer(Offer::exact(x402_core::network::SOLANA_DEVNET, "$0.01", SVM_PAY_TO)),
+                .offer(Offer::exact(
+                    x402_core::network::SOLANA_DEVNET,
+                    "$0.01",
+                    SVM_PAY_TO,
+                )),
         )
         .build()
         .unwrap();
@@ -192,7 +196,11 @@ async fn several_networks_on_one_route_with_solana_fee_payer_from_supported() {
     assert_eq!(svm.extra["feePayer"], FEE_PAYER);
     assert_eq!(svm.amount.to_string(), "10000");
     let body: Value = serde_json::from_slice(resp.body()).unwrap();
-    let networks: Vec<&str> =
-        body["accepts"].as_array().unwrap().iter().map(|r| r["network"].as_str().unwrap()).collect();
+    let networks: Vec<&str> = body["accepts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["network"].as_str().unwrap())
+        .collect();
     assert_eq!(networks, ["base-sepolia", "base", "solana-devnet"]);
 }

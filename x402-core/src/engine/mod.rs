@@ -132,6 +132,33 @@ struct Resolved {
     extensions: JsonObject,
     /// The whole `payment_required` challenge, when the resource URL is fixed.
     fixed: Option<(v2::ResourceInfo, EncodedChallenge)>,
+    /// The last `payment_required` challenge encoded for a request URL:
+    /// clients re-request the same URL, so the 402 path mostly skips the
+    /// JSON and base64 work.
+    last: std::sync::Mutex<Option<(String, EncodedChallenge)>>,
+}
+
+impl Resolved {
+    /// The `payment_required` challenge for `parts`, reusing the last one
+    /// encoded for the same resource URL.
+    fn payment_required(&self, parts: &ChallengeParts<'_>) -> Option<EncodedChallenge> {
+        let url = &parts.resource.url;
+        // A poisoned lock only means a panic elsewhere mid-update of a cache
+        // entry that is replaced whole; the cache is still sound to use.
+        let lock = || {
+            self.last
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if let Some((cached_url, encoded)) = &*lock() {
+            if cached_url == url {
+                return Some(encoded.clone());
+            }
+        }
+        let encoded = parts.encode(Refusal::PaymentRequired.reason(), None)?;
+        *lock() = Some((url.clone(), encoded.clone()));
+        Some(encoded)
+    }
 }
 
 #[derive(Debug)]
@@ -406,6 +433,7 @@ fn resolve_route(
         sessions,
         extensions,
         fixed,
+        last: std::sync::Mutex::new(None),
     })
 }
 
@@ -853,7 +881,13 @@ impl Engine {
                 return refuse(refusal, None, None);
             }
             crate::metrics::refusal(route.pattern(), &Refusal::PaymentRequired);
-            let Some(encoded) = parts.encode(Refusal::PaymentRequired.reason(), None) else {
+            let encoded = if enriched.is_some() {
+                // Enriched per request: nothing to reuse.
+                parts.encode(Refusal::PaymentRequired.reason(), None)
+            } else {
+                resolved.payment_required(&parts)
+            };
+            let Some(encoded) = encoded else {
                 return Decision::Respond(response::refusal_response(
                     &Refusal::Internal,
                     None,
@@ -1019,30 +1053,24 @@ impl Engine {
         let hash = token.hash();
         let store = self.inner.sessions.clone();
         let (scope_owned, now) = (scope.to_owned(), unix_now());
-        let mut task = tokio::spawn(async move { store.redeem(&hash, &scope_owned, now).await });
+        // Boxed rather than spawned: a task only when the store is late.
+        let mut task: crate::route::BoxFuture<'static, _> =
+            Box::pin(async move { store.redeem(&hash, &scope_owned, now).await });
         let remaining = match tokio::time::timeout(self.inner.session_deadline, &mut task).await {
-            Ok(Ok(Ok(Redemption::Redeemed { remaining }))) => {
+            Ok(Ok(Redemption::Redeemed { remaining })) => {
                 crate::metrics::session_redeemed();
                 remaining
             }
-            Ok(Ok(Ok(Redemption::Unknown))) => {
-                return Err(Refusal::Invalid("session_unknown".into()))
-            }
-            Ok(Ok(Ok(Redemption::Expired))) => {
-                return Err(Refusal::Invalid("session_expired".into()))
-            }
-            Ok(Ok(Ok(Redemption::Exhausted))) => {
+            Ok(Ok(Redemption::Unknown)) => return Err(Refusal::Invalid("session_unknown".into())),
+            Ok(Ok(Redemption::Expired)) => return Err(Refusal::Invalid("session_expired".into())),
+            Ok(Ok(Redemption::Exhausted)) => {
                 return Err(Refusal::Invalid("session_exhausted".into()))
             }
-            Ok(Ok(Ok(Redemption::OutOfScope))) => {
+            Ok(Ok(Redemption::OutOfScope)) => {
                 return Err(Refusal::Invalid("session_out_of_scope".into()))
             }
-            Ok(Ok(Err(e))) => {
-                tracing::error!(error = %e, "x402: session store failed");
-                return Err(session_unavailable());
-            }
             Ok(Err(e)) => {
-                tracing::error!(error = %e, "x402: session redemption task failed");
+                tracing::error!(error = %e, "x402: session store failed");
                 return Err(session_unavailable());
             }
             Err(_) => {
@@ -1051,7 +1079,7 @@ impl Engine {
                 // given back.
                 let store = self.inner.sessions.clone();
                 tokio::spawn(async move {
-                    if let Ok(Ok(Redemption::Redeemed { .. })) = task.await {
+                    if let Ok(Redemption::Redeemed { .. }) = task.await {
                         if let Err(e) = store.give_back(&hash).await {
                             tracing::error!(error = %e, "x402: could not give back a late session redemption");
                         }

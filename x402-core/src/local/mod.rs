@@ -591,6 +591,7 @@ impl LocalFacilitatorBuilder {
             networks,
             clock: self.clock,
             margin: self.margin.as_secs(),
+            recovered: Arc::new(RecoveredSigners::default()),
         })
     }
 }
@@ -631,6 +632,41 @@ pub struct LocalFacilitator {
     networks: BTreeMap<String, u64>,
     clock: Arc<dyn Clock>,
     margin: u64,
+    recovered: Arc<RecoveredSigners>,
+}
+
+/// Signers recovered recently, so that settling a payment does not repeat
+/// the elliptic-curve recovery its verification just did. Recovery is a pure
+/// function of the digest and the signature, so a remembered answer is
+/// always the right one; every other check (window, nonce, balance) still
+/// runs again at settlement.
+#[derive(Debug, Default)]
+struct RecoveredSigners(std::sync::Mutex<std::collections::HashMap<B256, Address>>);
+
+impl RecoveredSigners {
+    /// Bound on remembered signers; past it the memory starts over.
+    const CAPACITY: usize = 4096;
+
+    fn recover(&self, digest: B256, signature: &[u8]) -> Result<Address, SignatureError> {
+        let key = alloy_primitives::keccak256([digest.as_slice(), signature].concat());
+        // The map holds plain values: a panic elsewhere cannot leave an entry
+        // half-written, so a poisoned lock is still sound to use.
+        let lock = || {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if let Some(signer) = lock().get(&key) {
+            return Ok(*signer);
+        }
+        let signer = crate::evm::recover_signer(digest, signature)?;
+        let mut map = lock();
+        if map.len() >= Self::CAPACITY {
+            map.clear();
+        }
+        map.insert(key, signer);
+        Ok(signer)
+    }
 }
 
 impl fmt::Debug for LocalFacilitator {
@@ -803,7 +839,8 @@ impl LocalFacilitator {
         let payer = Some(auth.from);
 
         let domain = eip3009_domain(name, version, chain_id, asset);
-        match payload.recover_signer(&domain) {
+        let digest = auth.signing_hash(&domain);
+        match self.recovered.recover(digest, &payload.signature) {
             Ok(signer) if signer == auth.from => {}
             Ok(_) => {
                 return Err(refuse(

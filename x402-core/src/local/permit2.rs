@@ -293,7 +293,8 @@ impl LocalFacilitator {
                 payer,
             ));
         }
-        match payload.recover_signer(chain_id) {
+        let digest = auth.signing_hash(chain_id);
+        match self.recovered.recover(digest, &payload.signature) {
             Ok(signer) if signer == auth.from => {}
             Ok(_) => {
                 return Err(refuse(

@@ -49,7 +49,6 @@ use serde_json::{json, Map, Value};
 use x402_core::{
     codec,
     evm::{eip3009_domain, Eip3009Authorization, ExactEvmPayload},
-    money::AtomicAmount,
     network,
     proto::{v2, Version},
     session::{X_PAYMENT_SESSION, X_PAYMENT_SESSION_REMAINING},
@@ -192,7 +191,7 @@ fn presign(
         let authorization = Eip3009Authorization {
             from: key.address(),
             to: pay_to,
-            value: AtomicAmount::from(req.amount),
+            value: req.amount,
             valid_after: U256::from(valid_after),
             valid_before: U256::from(valid_before),
             nonce: rand::random::<[u8; 32]>().into(),

@@ -22,25 +22,9 @@ impl Drop for Guard {
 
 #[test]
 fn quickstart_buys_once_and_prints_the_receipt() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let status = Command::new(env!("CARGO"))
-        .current_dir(&root)
-        .args(["build", "--quiet", "-p", "quickstart"])
-        .status()
-        .expect("cannot run cargo");
-    assert!(status.success(), "cargo build -p quickstart failed");
-    // This test runs from <target>/debug/deps; the binary is in <target>/debug.
-    let exe = std::env::current_exe().unwrap();
-    let binary = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .unwrap()
-        .join(format!("quickstart{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        binary.exists(),
-        "no quickstart binary at {}",
-        binary.display()
-    );
+    // Cargo builds the binary (with the workspace's features) before this
+    // test runs: no nested build.
+    let binary = PathBuf::from(env!("CARGO_BIN_EXE_quickstart"));
 
     let child = Command::new(&binary)
         .env("QUICKSTART_EXIT_AFTER_DEMO", "1")

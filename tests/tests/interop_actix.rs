@@ -1,0 +1,188 @@
+//! Interop with the official x402 clients from npm (`@x402/fetch` v2 and the
+//! legacy `x402-fetch` v1) and the actix-web example server
+//! (`examples/paid-api-actix`): the same checks as `interop.rs` runs against
+//! the axum example. The server runs in process with the in-process
+//! facilitator on a local anvil chain, and the token really moves: `exact`
+//! (EIP-3009) with both clients, and `upto` (Permit2, with the test Permit2
+//! and x402 proxies installed on anvil) with the v2 client.
+//!
+//! Needs `tests/js/node_modules` (`npm ci` in `tests/js`) and node >= 20; the
+//! tests fail, with that instruction, when they are missing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use alloy_primitives::{Address, U256};
+use alloy_provider::DynProvider;
+use paid_api_actix::{AssetConfig, Config, FacilitatorConfig};
+use x402_tests::anvil::{self, accounts, Anvil};
+
+/// The payer's starting balance (atomic units: 1 USDC).
+const FUNDING: u64 = 1_000_000;
+
+/// anvil with TestUSDC ("USDC", "2") minted to the payer (account 1), and
+/// paid-api-actix on 127.0.0.1:0 settling on it (facilitator: account 0, payee:
+/// account 2).
+struct Chain {
+    anvil: Anvil,
+    provider: DynProvider,
+    token: Address,
+    payer: Address,
+    payee: Address,
+    base: String,
+    server: tokio::task::JoinHandle<Result<(), paid_api_actix::Error>>,
+}
+
+impl Drop for Chain {
+    fn drop(&mut self) {
+        // Dropping the actix server future stops its workers and listener;
+        // anvil is killed by its own guard.
+        self.server.abort();
+    }
+}
+
+impl Chain {
+    async fn start() -> Self {
+        Self::start_with(false).await
+    }
+
+    /// With `permit2`, the test Permit2 and the x402 Permit2 proxies are
+    /// installed at their canonical addresses and the payer approves Permit2
+    /// (what a wallet does once per token), so `upto` can settle.
+    async fn start_with(permit2: bool) -> Self {
+        let anvil = Anvil::start();
+        let provider = anvil.provider(accounts::KEY_0).await;
+        let token = anvil::deploy_test_usdc(&provider, "USDC", "2").await;
+        let payer = anvil::address_of(accounts::KEY_1);
+        let payee = anvil::address_of(accounts::KEY_2);
+        anvil::mint(&provider, token, payer, FUNDING).await;
+        if permit2 {
+            anvil::install_permit2(&provider).await;
+            let owner = anvil.provider(accounts::KEY_1).await;
+            anvil::approve(&owner, token, x402_core::evm::PERMIT2_ADDRESS, U256::MAX).await;
+        }
+
+        // What EVM_RPC_URL, FACILITATOR_EVM_PRIVATE_KEY, EVM_ASSET* and
+        // EVM_PAYEE_ADDRESS would configure.
+        let config = Config {
+            port: 0,
+            pay_to: payee,
+            asset: AssetConfig {
+                address: token,
+                name: "USDC".into(),
+                version: "2".into(),
+                decimals: 6,
+            },
+            facilitator: FacilitatorConfig::Chain {
+                rpc_url: anvil.url.clone(),
+                private_key: accounts::KEY_0.into(),
+            },
+            ..Config::dev()
+        };
+        let server = paid_api_actix::server(config).await.unwrap();
+        let base = format!("http://{}", server.local_addr());
+        let server = tokio::spawn(server.run());
+        Self {
+            anvil,
+            provider,
+            token,
+            payer,
+            payee,
+            base,
+            server,
+        }
+    }
+
+    async fn balances(&self) -> (U256, U256) {
+        (
+            anvil::balance_of(&self.provider, self.token, self.payer).await,
+            anvil::balance_of(&self.provider, self.token, self.payee).await,
+        )
+    }
+
+    async fn pay(&self, client: &str, path: &str, extra: &[&str]) -> anvil::PayOutcome {
+        let url = format!("{}{path}", self.base);
+        anvil::pay(client, &url, accounts::KEY_1, &self.anvil.url, extra).await
+    }
+}
+
+/// Pays `/exact/evm/eip3009` with `client` and checks the receipt header and
+/// that exactly the price moved on chain.
+async fn pays_exact(client: &str, receipt_header: &str, network: &str) {
+    let chain = Chain::start().await;
+    assert_eq!(chain.balances().await, (U256::from(FUNDING), U256::ZERO));
+
+    let outcome = chain.pay(client, "/exact/evm/eip3009", &[]).await;
+    assert_eq!(
+        outcome.exit_code,
+        Some(0),
+        "pay.mjs failed: {}",
+        outcome.stderr
+    );
+    let json = &outcome.json;
+    assert_eq!(json["status"], 200, "{json} {}", outcome.stderr);
+    assert_eq!(json["paymentResponseHeader"], receipt_header, "{json}");
+    let receipt = &json["paymentResponse"];
+    assert_eq!(receipt["success"], true, "{json}");
+    assert_eq!(receipt["network"], network, "{json}");
+    assert!(
+        receipt["transaction"]
+            .as_str()
+            .is_some_and(|t| t.len() == 66),
+        "{json}"
+    );
+    let body: serde_json::Value = serde_json::from_str(json["body"].as_str().unwrap()).unwrap();
+    assert!(
+        body["message"].is_string() && body["timestamp"].is_string(),
+        "{body}"
+    );
+
+    assert_eq!(
+        chain.balances().await,
+        (U256::from(FUNDING - 1_000), U256::from(1_000)),
+        "the payment must move exactly 1000 atomic units"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_v2_client_pays_exact_on_anvil() {
+    pays_exact("v2", "PAYMENT-RESPONSE", "eip155:84532").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_v1_client_pays_exact_on_anvil() {
+    pays_exact("v1", "X-PAYMENT-RESPONSE", "base-sepolia").await;
+}
+
+/// `upto` over Permit2 with the official v2 client's `UptoEvmScheme`: it
+/// authorises the ceiling (2000), the handler reports 1000, and exactly 1000
+/// moves on chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_v2_client_pays_upto_on_anvil_and_is_charged_the_usage() {
+    let chain = Chain::start_with(true).await;
+    let outcome = chain
+        .pay("v2", "/upto/evm/permit2", &["--schemes", "exact,upto"])
+        .await;
+    assert_eq!(
+        outcome.exit_code,
+        Some(0),
+        "pay.mjs failed: {}",
+        outcome.stderr
+    );
+    let json = &outcome.json;
+    assert_eq!(json["status"], 200, "{json} {}", outcome.stderr);
+    assert_eq!(json["paymentResponseHeader"], "PAYMENT-RESPONSE", "{json}");
+    let receipt = &json["paymentResponse"];
+    assert_eq!(receipt["success"], true, "{json}");
+    assert_eq!(receipt["amount"], "1000", "{json}");
+    assert!(
+        receipt["transaction"]
+            .as_str()
+            .is_some_and(|t| t.len() == 66),
+        "{json}"
+    );
+    assert_eq!(
+        chain.balances().await,
+        (U256::from(FUNDING - 1_000), U256::from(1_000)),
+        "the upto payment must move exactly the 1000 the handler reported"
+    );
+}
