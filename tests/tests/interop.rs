@@ -1,19 +1,49 @@
 //! Interop with the official x402 clients from npm (`@x402/fetch` v2 and the
-//! legacy `x402-fetch` v1): they pay the example server (`examples/paid-api`)
-//! running in process with the in-process facilitator on a local anvil chain,
-//! and the token really moves: `exact` (EIP-3009) with both clients, and
-//! `upto` (Permit2, with the test Permit2 and x402 proxies installed on anvil)
-//! with the v2 client.
+//! legacy `x402-fetch` v1): they pay both example servers (`examples/paid-api`
+//! on axum, `examples/paid-api-actix` on actix-web; one suite, run against
+//! each) running in process with the in-process facilitator on a local anvil
+//! chain, and the token really moves: `exact` (EIP-3009) with both clients,
+//! and `upto` (Permit2, with the test Permit2 and x402 proxies installed on
+//! anvil) with the v2 client.
 //!
 //! Needs `tests/js/node_modules` (`npm ci` in `tests/js`) and node >= 20; the
 //! tests fail, with that instruction, when they are missing.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::{future::Future, pin::Pin};
+
 use alloy_primitives::{Address, U256};
 use alloy_provider::DynProvider;
 use paid_api::{AssetConfig, Config, FacilitatorConfig};
+use tokio::task::JoinHandle;
 use x402_tests::anvil::{self, accounts, Anvil};
+
+/// A running example server: its base URL and its task.
+type Running = (String, JoinHandle<Result<(), paid_api::Error>>);
+
+/// Starts an example server for a configuration.
+type Start = fn(Config) -> Pin<Box<dyn Future<Output = Running> + Send>>;
+
+/// The axum example.
+fn axum(config: Config) -> Pin<Box<dyn Future<Output = Running> + Send>> {
+    Box::pin(async move {
+        let (router, state) = paid_api::app(config).await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        (base, tokio::spawn(paid_api::serve(listener, router, state)))
+    })
+}
+
+/// The actix-web example, built from the same configuration and route table.
+fn actix(config: Config) -> Pin<Box<dyn Future<Output = Running> + Send>> {
+    Box::pin(async move {
+        let server = paid_api_actix::server(config).await.unwrap();
+        let base = format!("http://{}", server.local_addr());
+        // Dropping the actix server future stops its workers and listener.
+        (base, tokio::spawn(server.run()))
+    })
+}
 
 /// The payer's starting balance (atomic units: 1 USDC).
 const FUNDING: u64 = 1_000_000;
@@ -28,7 +58,7 @@ struct Chain {
     payer: Address,
     payee: Address,
     base: String,
-    server: tokio::task::JoinHandle<Result<(), paid_api::Error>>,
+    server: JoinHandle<Result<(), paid_api::Error>>,
 }
 
 impl Drop for Chain {
@@ -38,14 +68,14 @@ impl Drop for Chain {
 }
 
 impl Chain {
-    async fn start() -> Self {
-        Self::start_with(false).await
+    async fn start(server: Start) -> Self {
+        Self::start_with(server, false).await
     }
 
     /// With `permit2`, the test Permit2 and the x402 Permit2 proxies are
     /// installed at their canonical addresses and the payer approves Permit2
     /// (what a wallet does once per token), so `upto` can settle.
-    async fn start_with(permit2: bool) -> Self {
+    async fn start_with(server: Start, permit2: bool) -> Self {
         let anvil = Anvil::start();
         let provider = anvil.provider(accounts::KEY_0).await;
         let token = anvil::deploy_test_usdc(&provider, "USDC", "2").await;
@@ -75,10 +105,7 @@ impl Chain {
             },
             ..Config::dev()
         };
-        let (router, state) = paid_api::app(config).await.unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let server = tokio::spawn(paid_api::serve(listener, router, state));
+        let (base, server) = server(config).await;
         Self {
             anvil,
             provider,
@@ -105,8 +132,8 @@ impl Chain {
 
 /// Pays `/exact/evm/eip3009` with `client` and checks the receipt header and
 /// that exactly the price moved on chain.
-async fn pays_exact(client: &str, receipt_header: &str, network: &str) {
-    let chain = Chain::start().await;
+async fn pays_exact(server: Start, client: &str, receipt_header: &str, network: &str) {
+    let chain = Chain::start(server).await;
     assert_eq!(chain.balances().await, (U256::from(FUNDING), U256::ZERO));
 
     let outcome = chain.pay(client, "/exact/evm/eip3009", &[]).await;
@@ -141,22 +168,11 @@ async fn pays_exact(client: &str, receipt_header: &str, network: &str) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn official_v2_client_pays_exact_on_anvil() {
-    pays_exact("v2", "PAYMENT-RESPONSE", "eip155:84532").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn official_v1_client_pays_exact_on_anvil() {
-    pays_exact("v1", "X-PAYMENT-RESPONSE", "base-sepolia").await;
-}
-
 /// `upto` over Permit2 with the official v2 client's `UptoEvmScheme`: it
 /// authorises the ceiling (2000), the handler reports 1000, and exactly 1000
 /// moves on chain.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn official_v2_client_pays_upto_on_anvil_and_is_charged_the_usage() {
-    let chain = Chain::start_with(true).await;
+async fn pays_upto(server: Start) {
+    let chain = Chain::start_with(server, true).await;
     let outcome = chain
         .pay("v2", "/upto/evm/permit2", &["--schemes", "exact,upto"])
         .await;
@@ -184,3 +200,36 @@ async fn official_v2_client_pays_upto_on_anvil_and_is_charged_the_usage() {
         "the upto payment must move exactly the 1000 the handler reported"
     );
 }
+
+/// The interop suite against one example server.
+macro_rules! interop_suite {
+    ($framework:ident) => {
+        mod $framework {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn official_v2_client_pays_exact_on_anvil() {
+                pays_exact(super::$framework, "v2", "PAYMENT-RESPONSE", "eip155:84532").await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn official_v1_client_pays_exact_on_anvil() {
+                pays_exact(
+                    super::$framework,
+                    "v1",
+                    "X-PAYMENT-RESPONSE",
+                    "base-sepolia",
+                )
+                .await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn official_v2_client_pays_upto_on_anvil_and_is_charged_the_usage() {
+                pays_upto(super::$framework).await;
+            }
+        }
+    };
+}
+
+interop_suite!(axum);
+interop_suite!(actix);

@@ -1,9 +1,16 @@
-//! The example server (`examples/paid-api`), driven in process on the dev
-//! ledger: its routes, its challenges, and paid calls signed with a local key.
+//! The example servers (`examples/paid-api` on axum, `examples/paid-api-actix`
+//! on actix-web; one suite, run against each), driven in process on the dev
+//! ledger: their routes and challenges, paid calls signed with a local key,
+//! prepaid sessions, `POST /close`, and settlement webhooks received by an
+//! actix-web receiver through `x402_actix::VerifiedWebhook`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::{
+    future::Future,
+    pin::Pin,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
 
 use alloy_primitives::{keccak256, Address, U256};
 use alloy_signer::SignerSync;
@@ -16,29 +23,66 @@ use x402_core::{
     money::AtomicAmount,
 };
 
-/// A running paid-api on 127.0.0.1:0.
+/// The three paid routes of the server contract.
+const PAID_ROUTES: [&str; 3] = ["/exact/evm/eip3009", "/upto/evm/permit2", "/session/demo"];
+
+/// A running example server on 127.0.0.1:0; stopped on drop.
 struct Server {
     base: String,
     state: AppState,
-    task: tokio::task::JoinHandle<Result<(), paid_api::Error>>,
+    task: Option<tokio::task::JoinHandle<Result<(), paid_api::Error>>>,
     client: reqwest::Client,
 }
 
-async fn start() -> Server {
-    let config = Config {
-        port: 0,
-        ..Config::dev()
-    };
-    let (router, state) = paid_api::app(config).await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let task = tokio::spawn(paid_api::serve(listener, router, state.clone()));
-    Server {
-        base,
-        state,
-        task,
-        client: reqwest::Client::new(),
+impl Drop for Server {
+    fn drop(&mut self) {
+        // Dropping a server's future stops its listener (and actix's workers).
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
     }
+}
+
+/// Starts one of the two example servers for a configuration.
+type Start = fn(Config) -> Pin<Box<dyn Future<Output = Server> + Send>>;
+
+/// `examples/paid-api` (axum).
+fn axum(config: Config) -> Pin<Box<dyn Future<Output = Server> + Send>> {
+    Box::pin(async move {
+        let (router, state) = paid_api::app(config).await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(paid_api::serve(listener, router, state.clone()));
+        Server {
+            base,
+            state,
+            task: Some(task),
+            client: reqwest::Client::new(),
+        }
+    })
+}
+
+/// `examples/paid-api-actix`, from the same configuration and route table.
+fn actix(config: Config) -> Pin<Box<dyn Future<Output = Server> + Send>> {
+    Box::pin(async move {
+        let server = paid_api_actix::server(config).await.unwrap();
+        let base = format!("http://{}", server.local_addr());
+        let state = server.state().clone();
+        Server {
+            base,
+            state,
+            task: Some(tokio::spawn(server.run())),
+            client: reqwest::Client::new(),
+        }
+    })
+}
+
+async fn start(framework: Start) -> Server {
+    start_with(framework, Config::dev()).await
+}
+
+async fn start_with(framework: Start, config: Config) -> Server {
+    framework(Config { port: 0, ..config }).await
 }
 
 impl Server {
@@ -60,12 +104,18 @@ fn decode_header(response: &reqwest::Response, name: &str) -> Value {
 }
 
 /// The v2 challenge (`PAYMENT-REQUIRED`) and the v1 body of a 402.
-async fn challenge(server: &Server, path: &str) -> (Value, Value) {
-    let response = server.get(path, &[]).await;
+async fn challenge(base: &str, path: &str) -> (Value, Value) {
+    let response = reqwest::get(format!("{base}{path}")).await.unwrap();
     assert_eq!(response.status(), 402, "{path}");
     let v2 = decode_header(&response, "payment-required");
     let v1: Value = response.json().await.unwrap();
     (v2, v1)
+}
+
+/// `value` with the server's base URL (it differs between two servers)
+/// replaced by a placeholder.
+fn without_base(value: &Value, base: &str) -> Value {
+    serde_json::from_str(&value.to_string().replace(base, "http://SERVER")).unwrap()
 }
 
 fn now() -> u64 {
@@ -123,19 +173,18 @@ fn balance(server: &Server, who: Address) -> U256 {
     server.state.dev_balance(who).unwrap()
 }
 
-#[tokio::test]
-async fn health_is_free_json() {
-    let server = start().await;
+async fn health_is_free_json(framework: Start) {
+    let server = start(framework).await;
     let response = server.get("/health", &[]).await;
     assert_eq!(response.status(), 200);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["status"], "ok");
+    assert!(body["timestamp"].is_string(), "{body}");
 }
 
-#[tokio::test]
-async fn exact_route_offers_one_thousandth_of_a_dollar_in_both_versions() {
-    let server = start().await;
-    let (v2, v1) = challenge(&server, "/exact/evm/eip3009").await;
+async fn exact_route_offers_one_thousandth_of_a_dollar_in_both_versions(framework: Start) {
+    let server = start(framework).await;
+    let (v2, v1) = challenge(&server.base, "/exact/evm/eip3009").await;
     assert_eq!(v2["x402Version"], 2);
     let accepts = v2["accepts"].as_array().unwrap();
     assert_eq!(accepts.len(), 1);
@@ -144,7 +193,7 @@ async fn exact_route_offers_one_thousandth_of_a_dollar_in_both_versions() {
     assert_eq!(offer["network"], "eip155:84532");
     assert_eq!(offer["amount"], "1000");
     assert_eq!(offer["asset"], "0x036CbD53842c5426634e7929541eC2318f3dCF7e");
-    assert_eq!(offer["payTo"], paid_api::DEFAULT_PAYEE);
+    assert_eq!(offer["payTo"], paid_api_actix::DEFAULT_PAYEE);
     assert_eq!(offer["extra"]["name"], "USDC");
     assert_eq!(offer["extra"]["version"], "2");
 
@@ -159,10 +208,9 @@ async fn exact_route_offers_one_thousandth_of_a_dollar_in_both_versions() {
         .ends_with("/exact/evm/eip3009"));
 }
 
-#[tokio::test]
-async fn upto_route_offers_its_ceiling_in_v2_only() {
-    let server = start().await;
-    let (v2, v1) = challenge(&server, "/upto/evm/permit2").await;
+async fn upto_route_offers_its_ceiling_in_v2_only(framework: Start) {
+    let server = start(framework).await;
+    let (v2, v1) = challenge(&server.base, "/upto/evm/permit2").await;
     let offer = &v2["accepts"][0];
     assert_eq!(offer["scheme"], "upto");
     assert_eq!(offer["network"], "eip155:84532");
@@ -175,10 +223,9 @@ async fn upto_route_offers_its_ceiling_in_v2_only() {
     );
 }
 
-#[tokio::test]
-async fn session_route_advertises_a_prepaid_session() {
-    let server = start().await;
-    let (v2, _) = challenge(&server, "/session/demo").await;
+async fn session_route_advertises_a_prepaid_session(framework: Start) {
+    let server = start(framework).await;
+    let (v2, _) = challenge(&server.base, "/session/demo").await;
     assert_eq!(v2["accepts"][0]["amount"], "1000");
     let offers = v2["extensions"]["session"]["info"]["offers"]
         .as_array()
@@ -190,12 +237,11 @@ async fn session_route_advertises_a_prepaid_session() {
     assert_eq!(offers[0]["accepts"][0]["amount"], "50000");
 }
 
-#[tokio::test]
-async fn a_signed_v2_payment_gets_the_content_and_moves_exactly_the_price() {
-    let server = start().await;
+async fn a_signed_v2_payment_gets_the_content_and_moves_exactly_the_price(framework: Start) {
+    let server = start(framework).await;
     let payer = funded(&server, 10_000);
     let payee = server.state.pay_to();
-    let (v2, _) = challenge(&server, "/exact/evm/eip3009").await;
+    let (v2, _) = challenge(&server.base, "/exact/evm/eip3009").await;
     let header = v2_payment(&payer, &v2["accepts"][0]);
 
     let response = server
@@ -225,11 +271,10 @@ async fn a_signed_v2_payment_gets_the_content_and_moves_exactly_the_price() {
     assert_eq!(balance(&server, payee), U256::from(1_000));
 }
 
-#[tokio::test]
-async fn a_signed_v1_payment_gets_an_x_payment_response() {
-    let server = start().await;
+async fn a_signed_v1_payment_gets_an_x_payment_response(framework: Start) {
+    let server = start(framework).await;
     let payer = funded(&server, 1_000);
-    let (v2, _) = challenge(&server, "/exact/evm/eip3009").await;
+    let (v2, _) = challenge(&server.base, "/exact/evm/eip3009").await;
     let payment = json!({
         "x402Version": 1,
         "scheme": "exact",
@@ -248,11 +293,10 @@ async fn a_signed_v1_payment_gets_an_x_payment_response() {
     assert_eq!(balance(&server, server.state.pay_to()), U256::from(1_000));
 }
 
-#[tokio::test]
-async fn a_session_is_bought_once_and_redeemed_without_payment() {
-    let server = start().await;
+async fn a_session_is_bought_once_and_redeemed_without_payment(framework: Start) {
+    let server = start(framework).await;
     let payer = funded(&server, 50_000);
-    let (v2, _) = challenge(&server, "/session/demo").await;
+    let (v2, _) = challenge(&server.base, "/session/demo").await;
     let accepted = &v2["extensions"]["session"]["info"]["offers"][0]["accepts"][0];
     let response = server
         .get(
@@ -280,9 +324,10 @@ async fn a_session_is_bought_once_and_redeemed_without_payment() {
     assert_eq!(balance(&server, server.state.pay_to()), U256::from(50_000));
 }
 
-#[tokio::test]
-async fn post_close_answers_then_stops_the_server() {
-    let server = start().await;
+async fn post_close_answers_then_stops_the_server(framework: Start) {
+    let mut server = start(framework).await;
+    // A kept-alive connection must not hold the shutdown up.
+    assert_eq!(server.get("/health", &[]).await.status(), 200);
     let response = server
         .client
         .post(format!("{}/close", server.base))
@@ -292,21 +337,123 @@ async fn post_close_answers_then_stops_the_server() {
     assert_eq!(response.status(), 200);
     let body: Value = response.json().await.unwrap();
     assert!(body["message"].is_string());
-    let stopped = tokio::time::timeout(std::time::Duration::from_secs(10), server.task)
+    let task = server.task.take().unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), task)
         .await
         .expect("the server did not stop after POST /close");
     stopped.unwrap().unwrap();
+    // And it no longer listens.
+    assert!(reqwest::get(format!("{}/health", server.base))
+        .await
+        .is_err());
 }
 
 #[tokio::test]
 async fn the_dev_ledger_refuses_mainnets() {
+    // Both servers build their engine with `paid_api::engine`.
     let config = Config {
         network: "eip155:8453".into(),
         asset: paid_api::AssetConfig::default_for("eip155:8453").unwrap(),
         ..Config::dev()
     };
-    let error = paid_api::app(config).await.expect_err("mainnet accepted");
+    let Err(error) = paid_api::engine(&config).await else {
+        panic!("mainnet accepted");
+    };
     assert!(error.to_string().contains("mainnet"), "{error}");
+}
+
+/// `WEBHOOK_URL` on the actix server, and an actix-web receiver that takes
+/// the event through `x402_actix::VerifiedWebhook`.
+async fn webhook_url_gets_a_payment_settled_event_verified_by_the_actix_extractor(
+    framework: Start,
+) {
+    use actix_web::{web, App, HttpResponse, HttpServer};
+    use std::sync::Mutex;
+    use x402_actix::VerifiedWebhook;
+    use x402_core::webhook::{WebhookEvent, WebhookSecret, WebhookVerifier};
+
+    type Inbox = web::Data<Mutex<Vec<WebhookEvent>>>;
+
+    async fn receive(VerifiedWebhook(event): VerifiedWebhook, inbox: Inbox) -> HttpResponse {
+        inbox.lock().unwrap().push(event);
+        HttpResponse::NoContent().finish()
+    }
+
+    let secret = WebhookSecret::generate();
+    let verifier = web::Data::new(WebhookVerifier::new([secret.clone()]));
+    let inbox: Inbox = web::Data::new(Mutex::new(Vec::new()));
+    let app_inbox = inbox.clone();
+    let receiver = HttpServer::new(move || {
+        App::new()
+            .app_data(verifier.clone())
+            .app_data(app_inbox.clone())
+            .route("/hook", web::post().to(receive))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind("127.0.0.1:0")
+    .unwrap();
+    let hook_url = format!("http://{}/hook", receiver.addrs()[0]);
+    let receiver = tokio::spawn(receiver.run());
+
+    let server = start_with(
+        framework,
+        Config {
+            webhook: Some((hook_url, secret.to_whsec())),
+            ..Config::dev()
+        },
+    )
+    .await;
+    let payer = funded(&server, 1_000);
+    let (v2, _) = challenge(&server.base, "/exact/evm/eip3009").await;
+    let header = v2_payment(&payer, &v2["accepts"][0]);
+    let response = server
+        .get("/exact/evm/eip3009", &[("PAYMENT-SIGNATURE", &header)])
+        .await;
+    assert_eq!(response.status(), 200);
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let event = loop {
+        if let Some(first) = inbox.lock().unwrap().first().cloned() {
+            break first;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no webhook within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(event.event_type.as_str(), "payment.settled", "{event:?}");
+    assert_eq!(event.data.amount, "1000", "{event:?}");
+    assert_eq!(
+        event.data.payer,
+        Some(payer.address().to_checksum(None)),
+        "{event:?}"
+    );
+    assert!(event.id.starts_with("msg_"), "{event:?}");
+    receiver.abort();
+}
+
+/// One route table, two frameworks: every paid route's v2 challenge and v1
+/// body are the same on both servers, byte for byte but the server's address.
+#[tokio::test]
+async fn the_paid_routes_challenge_exactly_alike_on_both_frameworks() {
+    let actix = start(actix).await;
+    let axum = start(axum).await;
+    for path in PAID_ROUTES {
+        let (actix_v2, actix_v1) = challenge(&actix.base, path).await;
+        let (axum_v2, axum_v1) = challenge(&axum.base, path).await;
+        assert_eq!(
+            without_base(&actix_v2, &actix.base),
+            without_base(&axum_v2, &axum.base),
+            "{path}: v2 challenges differ"
+        );
+        assert_eq!(
+            without_base(&actix_v1, &actix.base),
+            without_base(&axum_v1, &axum.base),
+            "{path}: v1 bodies differ"
+        );
+    }
 }
 
 #[test]
@@ -347,69 +494,67 @@ fn config_from_env_reads_the_contract_variables() {
     assert!(!format!("{config:?}").contains("0x01"));
 }
 
-#[tokio::test]
-async fn webhook_url_gets_a_signed_payment_settled_event() {
-    use axum::{body::Bytes, http::HeaderMap, routing::post, Router};
-    use std::sync::{Arc, Mutex};
-    use x402_core::webhook::{WebhookSecret, WebhookVerifier};
+/// The example-server suite, against one framework.
+macro_rules! example_server_suite {
+    ($framework:ident) => {
+        mod $framework {
+            #[tokio::test]
+            async fn health_is_free_json() {
+                super::health_is_free_json(super::$framework).await;
+            }
 
-    // A receiver that records what it gets.
-    let received: Arc<Mutex<Vec<(HeaderMap, Bytes)>>> = Arc::default();
-    let sink = received.clone();
-    let receiver = Router::new().route(
-        "/hook",
-        post(move |headers: HeaderMap, body: Bytes| {
-            let sink = sink.clone();
-            async move { sink.lock().unwrap().push((headers, body)) }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let hook_url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, receiver).await });
+            #[tokio::test]
+            async fn exact_route_offers_one_thousandth_of_a_dollar_in_both_versions() {
+                super::exact_route_offers_one_thousandth_of_a_dollar_in_both_versions(
+                    super::$framework,
+                )
+                .await;
+            }
 
-    let secret = WebhookSecret::generate().to_whsec();
-    let config = Config {
-        webhook: Some((hook_url, secret.clone())),
-        ..Config::dev()
-    };
-    let (router, state) = paid_api::app(config).await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(paid_api::serve(listener, router, state.clone()));
-    let server = Server {
-        base,
-        state,
-        task: tokio::spawn(async { Ok(()) }),
-        client: reqwest::Client::new(),
-    };
+            #[tokio::test]
+            async fn upto_route_offers_its_ceiling_in_v2_only() {
+                super::upto_route_offers_its_ceiling_in_v2_only(super::$framework).await;
+            }
 
-    let payer = funded(&server, 1_000);
-    let (v2, _) = challenge(&server, "/exact/evm/eip3009").await;
-    let header = v2_payment(&payer, &v2["accepts"][0]);
-    let response = server
-        .get("/exact/evm/eip3009", &[("PAYMENT-SIGNATURE", &header)])
-        .await;
-    assert_eq!(response.status(), 200);
+            #[tokio::test]
+            async fn session_route_advertises_a_prepaid_session() {
+                super::session_route_advertises_a_prepaid_session(super::$framework).await;
+            }
 
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let (headers, body) = loop {
-        if let Some(first) = received.lock().unwrap().first().cloned() {
-            break first;
+            #[tokio::test]
+            async fn a_signed_v2_payment_gets_the_content_and_moves_exactly_the_price() {
+                super::a_signed_v2_payment_gets_the_content_and_moves_exactly_the_price(
+                    super::$framework,
+                )
+                .await;
+            }
+
+            #[tokio::test]
+            async fn a_signed_v1_payment_gets_an_x_payment_response() {
+                super::a_signed_v1_payment_gets_an_x_payment_response(super::$framework).await;
+            }
+
+            #[tokio::test]
+            async fn a_session_is_bought_once_and_redeemed_without_payment() {
+                super::a_session_is_bought_once_and_redeemed_without_payment(super::$framework)
+                    .await;
+            }
+
+            #[tokio::test]
+            async fn post_close_answers_then_stops_the_server() {
+                super::post_close_answers_then_stops_the_server(super::$framework).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn webhook_url_gets_a_payment_settled_event_verified_by_the_actix_extractor() {
+                super::webhook_url_gets_a_payment_settled_event_verified_by_the_actix_extractor(
+                    super::$framework,
+                )
+                .await;
+            }
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no webhook within 10 s"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     };
-    let verifier = WebhookVerifier::from_whsec([secret.as_str()]).unwrap();
-    verifier.verify(&headers, &body).unwrap();
-    let event: Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(event["type"], "payment.settled", "{event}");
-    assert_eq!(event["data"]["amount"], "1000", "{event}");
-    assert_eq!(
-        event["data"]["payer"],
-        payer.address().to_checksum(None),
-        "{event}"
-    );
 }
+
+example_server_suite!(axum);
+example_server_suite!(actix);

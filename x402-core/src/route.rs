@@ -665,7 +665,9 @@ fn push_segment<'a>(out: &mut Vec<Cow<'a, str>>, seg: Cow<'a, str>) {
     }
 }
 
-fn percent_decode(s: &str) -> String {
+/// Decodes `%XX` escapes (invalid ones are kept as they are; invalid UTF-8
+/// becomes U+FFFD).
+pub(crate) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

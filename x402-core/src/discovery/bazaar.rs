@@ -408,28 +408,8 @@ pub fn is_valid_route_template(template: &str) -> bool {
     if !template.chars().all(allowed) {
         return false;
     }
-    let decoded = percent_decode(template);
+    let decoded = crate::route::percent_decode(template);
     !decoded.contains("..") && !decoded.contains("://")
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            let hex = |b: u8| (b as char).to_digit(16);
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                // Both digits are < 16, so the value fits in a byte.
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn object_at<'a>(value: &'a mut Value, path: &[&str]) -> Option<&'a mut JsonObject> {

@@ -85,7 +85,7 @@ mod tests {
         );
         for mutate in [
             (|r: &mut v2::PaymentRequirements| {
-                r.pay_to = "0x0000000000000000000000000000000000000001".into()
+                r.pay_to = "0x0000000000000000000000000000000000000001".into();
             }) as fn(&mut _),
             |r| r.amount = AtomicAmount::from(9999u64),
             |r| r.asset = "0x0000000000000000000000000000000000000002".into(),
