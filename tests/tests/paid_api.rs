@@ -494,6 +494,69 @@ fn config_from_env_reads_the_contract_variables() {
     assert!(!format!("{config:?}").contains("0x01"));
 }
 
+/// The axum example's discovery document and OpenAPI document, generated
+/// from its route table, validate with real validators (ajv against the
+/// committed schema, swagger-parser for OpenAPI 3.1), and its `/metrics`
+/// counts what it served.
+#[tokio::test]
+async fn paid_api_discovery_and_openapi_validate_and_metrics_count() {
+    let server = start(axum).await;
+    let response = server.get("/.well-known/x402", &[]).await;
+    assert_eq!(response.status(), 200);
+    let document: Value = response.json().await.unwrap();
+    let paths: Vec<&str> = document["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, PAID_ROUTES, "{document}");
+    let response = server.get("/.well-known/x402/openapi.json", &[]).await;
+    assert_eq!(response.status(), 200);
+    let openapi: Value = response.json().await.unwrap();
+    assert!(
+        openapi["paths"]["/session/demo"]["get"]["x-payment-info"]["sessions"].is_array(),
+        "{openapi}"
+    );
+
+    let js = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("js");
+    assert!(
+        js.join("node_modules/@apidevtools/swagger-parser").exists(),
+        "the validators are not installed: run `npm ci` in tests/js (scripts/test-all.sh does it)"
+    );
+    let dir = std::env::temp_dir().join(format!("x402-paid-api-discovery-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("d.json"), document.to_string()).unwrap();
+    std::fs::write(dir.join("o.json"), openapi.to_string()).unwrap();
+    let schema = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../x402-core/tests/data/discovery.schema.json");
+    let out = std::process::Command::new("node")
+        .arg(js.join("validate-discovery.mjs"))
+        .arg(schema)
+        .arg(dir.join("d.json"))
+        .arg(dir.join("o.json"))
+        .current_dir(&js)
+        .output()
+        .expect("node must be installed");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "validation failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // One 402 served, then /metrics says so.
+    assert_eq!(server.get("/exact/evm/eip3009", &[]).await.status(), 402);
+    let metrics = server.get("/metrics", &[]).await.text().await.unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("x402_challenges_total{") && l.contains("/exact/evm/eip3009")),
+        "{metrics}"
+    );
+}
+
 /// The example-server suite, against one framework.
 macro_rules! example_server_suite {
     ($framework:ident) => {

@@ -31,7 +31,7 @@
 use std::{
     env,
     net::{IpAddr, Ipv4Addr, SocketAddr},
-    sync::Arc,
+    sync::{Arc, OnceLock},
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
@@ -41,11 +41,16 @@ use axum::{
     routing::{get, post},
     Json, Router,
 };
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde_json::{json, Value};
 use tokio::sync::{watch, Mutex};
-use x402_axum::{Payment, PaywallLayer, UsageMeter};
+use x402_axum::{
+    discovery::{prometheus_router, Discovery},
+    Payment, PaywallLayer, UsageMeter,
+};
 use x402_core::{
     claim::{RedisClaimStore, ReplayGuard},
+    discovery::OpenApiInfo,
     facilitator::HttpFacilitator,
     local::{ChainLedger, DevLedger, LocalFacilitator},
     money::AtomicAmount,
@@ -571,9 +576,42 @@ pub async fn app(config: Config) -> Result<(Router, AppState), Error> {
         .route("/session/demo", get(session))
         .route("/health", get(health))
         .route("/close", post(close))
-        .layer(PaywallLayer::new(engine))
-        .with_state(state.clone());
+        .layer(PaywallLayer::new(engine.clone()))
+        .with_state(state.clone())
+        // What agents and catalogues read: every paid route with its offers
+        // and session offers, generated from the same route table.
+        .merge(
+            Discovery::new(engine)
+                .openapi(
+                    OpenApiInfo::new("paid-api", env!("CARGO_PKG_VERSION")).description(
+                        "An x402 example API: exact, upto and prepaid-session routes.",
+                    ),
+                )
+                .into_router(),
+        )
+        // Prometheus counters of challenges, payments, settlements and
+        // sessions. This server binds 127.0.0.1 by default; keep /metrics off
+        // the public internet if you change that.
+        .merge(prometheus_router("/metrics", metrics_handle()));
     Ok((router, state))
+}
+
+/// The process's Prometheus recorder, installed on first use. If another
+/// recorder was installed first, `/metrics` shows only what this one records.
+fn metrics_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new().build_recorder();
+            let handle = recorder.handle();
+            if metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!("a metrics recorder was already installed; /metrics stays empty");
+            } else {
+                x402_core::metrics::describe();
+            }
+            handle
+        })
+        .clone()
 }
 
 /// Serves `router` on `listener` until `POST /close`, ctrl-c or SIGTERM, then
