@@ -1701,11 +1701,13 @@ impl Drop for PaidRequest {
             tracing::warn!("x402: paid request dropped outside a Tokio runtime; hooks not told");
             return;
         };
+        // Marked finished: if the runtime drops the task unpolled (it is
+        // shutting down), this copy must not spawn again from its own Drop.
         let rest = PaidRequest {
             engine: self.engine.clone(),
             route_index: self.route_index,
             payment: self.payment.clone(),
-            finished: false,
+            finished: true,
             kind: std::mem::replace(
                 &mut self.kind,
                 Kind::Session {
