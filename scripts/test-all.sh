@@ -43,3 +43,9 @@ cleanup() {
 trap cleanup EXIT
 
 cargo test --workspace --all-features --no-fail-fast "$@"
+
+# The conformance suite's scenario count per adapter, shown (cargo captures a
+# passing test's output otherwise).
+cargo test -p x402-tests --all-features --quiet \
+  --test conformance_axum --test conformance_tower --test conformance_actix \
+  scenario_count -- --nocapture
