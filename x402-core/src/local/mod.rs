@@ -729,6 +729,23 @@ struct Refusal {
     payer: Option<String>,
 }
 
+/// The requirement's asset and recipient as EVM addresses.
+fn requirement_addresses(
+    requirements: &crate::proto::PaymentRequirements,
+) -> Result<(Address, Address), Refusal> {
+    match (
+        requirements.asset().parse::<Address>(),
+        requirements.pay_to().parse::<Address>(),
+    ) {
+        (Ok(asset), Ok(pay_to)) => Ok((asset, pay_to)),
+        _ => Err(refuse(
+            reason::INVALID_REQUIREMENTS,
+            "the requirement's asset and payTo must be EVM addresses",
+            None,
+        )),
+    }
+}
+
 fn refuse(reason: &'static str, message: impl Into<String>, payer: Option<Address>) -> Refusal {
     Refusal {
         reason,
@@ -813,16 +830,7 @@ impl LocalFacilitator {
                 None,
             ));
         };
-        let (Ok(asset), Ok(pay_to)) = (
-            requirements.asset().parse::<Address>(),
-            requirements.pay_to().parse::<Address>(),
-        ) else {
-            return Err(refuse(
-                reason::INVALID_REQUIREMENTS,
-                "the requirement's asset and payTo must be EVM addresses",
-                None,
-            ));
-        };
+        let (asset, pay_to) = requirement_addresses(requirements)?;
 
         let payload = match parsed {
             Ok(EvmPayload::Eip3009(p)) => p,

@@ -12,7 +12,10 @@
 
 use alloy_primitives::{Address, U256};
 
-use super::{reason, refuse, short, FacilitatorError, LocalFacilitator, Phase, Refusal};
+use super::{
+    reason, refuse, requirement_addresses, short, FacilitatorError, LocalFacilitator, Phase,
+    Refusal,
+};
 use crate::{
     evm::{EvmPayload, Permit2Payload, SignatureError, EXACT_PERMIT2_PROXY, UPTO_PERMIT2_PROXY},
     proto::{FacilitatorRequest, PaymentPayload, X402Version},
@@ -173,16 +176,7 @@ impl LocalFacilitator {
                 None,
             ));
         }
-        let (Ok(asset), Ok(pay_to)) = (
-            requirements.asset().parse::<Address>(),
-            requirements.pay_to().parse::<Address>(),
-        ) else {
-            return Err(refuse(
-                reason::INVALID_REQUIREMENTS,
-                "the requirement's asset and payTo must be EVM addresses",
-                None,
-            ));
-        };
+        let (asset, pay_to) = requirement_addresses(requirements)?;
         let auth = &payload.permit2_authorization;
         let payer = Some(auth.from);
         match (kind, auth.witness.facilitator) {
