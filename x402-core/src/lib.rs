@@ -21,6 +21,7 @@ pub mod proto;
 pub mod route;
 pub mod session;
 pub mod svm;
+mod swept;
 #[cfg(feature = "webhooks")]
 #[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
 pub mod webhook;

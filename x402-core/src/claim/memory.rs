@@ -1,7 +1,6 @@
 //! Claims in this process's memory.
 
 use std::{
-    collections::HashMap,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
     time::SystemTime,
 };
@@ -9,9 +8,7 @@ use std::{
 use async_trait::async_trait;
 
 use super::{ClaimStore, ClaimStoreError, Claimed};
-
-/// Below this many entries the map is never swept.
-const MIN_SWEEP_LEN: usize = 1024;
+use crate::swept::SweptMap;
 
 /// Replay claims in this process's memory: the default store.
 ///
@@ -84,21 +81,10 @@ impl ClaimStore for MemoryClaimStore {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Claims {
     /// Key → when the claim expires.
-    map: HashMap<String, SystemTime>,
-    /// Sweep before an insert that finds the map at least this long.
-    sweep_at: usize,
-}
-
-impl Default for Claims {
-    fn default() -> Self {
-        Self {
-            map: HashMap::new(),
-            sweep_at: MIN_SWEEP_LEN,
-        }
-    }
+    map: SweptMap<String, SystemTime>,
 }
 
 impl Claims {
@@ -110,21 +96,14 @@ impl Claims {
             *until = expires_at;
             return Claimed::Claimed;
         }
-        if self.map.len() >= self.sweep_at {
-            self.sweep(now);
-        }
+        self.map.make_room(|until| *until > now);
         self.map.insert(key.to_owned(), expires_at);
         Claimed::Claimed
     }
 
-    /// Drops expired claims. The next sweep waits until the live claims have
-    /// doubled, so each insert pays O(1) on average.
+    /// Drops expired claims.
     fn sweep(&mut self, now: SystemTime) {
-        self.map.retain(|_, until| *until > now);
-        self.sweep_at = self.map.len().saturating_mul(2).max(MIN_SWEEP_LEN);
-        if self.map.capacity() > self.sweep_at.saturating_mul(2) {
-            self.map.shrink_to(self.sweep_at);
-        }
+        self.map.sweep(|until| *until > now);
     }
 }
 
@@ -133,6 +112,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::swept::MIN_SWEEP_LEN;
 
     #[test]
     fn memory_stays_flat_once_claims_expire() {

@@ -1,7 +1,6 @@
 //! Sessions in this process's memory.
 
 use std::{
-    collections::HashMap,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
     time::SystemTime,
 };
@@ -9,9 +8,7 @@ use std::{
 use async_trait::async_trait;
 
 use super::{Redemption, SessionRecord, SessionStore, SessionStoreError, TokenHash};
-
-/// Below this many sessions the map is never swept.
-const MIN_SWEEP_LEN: usize = 1024;
+use crate::swept::SweptMap;
 
 /// Sessions in this process's memory: the default store.
 ///
@@ -128,26 +125,15 @@ struct State {
     expires_at: u64,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Sessions {
-    map: HashMap<TokenHash, State>,
-    /// Sweep before an insert that finds the map at least this long.
-    sweep_at: usize,
-}
-
-impl Default for Sessions {
-    fn default() -> Self {
-        Self {
-            map: HashMap::new(),
-            sweep_at: MIN_SWEEP_LEN,
-        }
-    }
+    map: SweptMap<TokenHash, State>,
 }
 
 impl Sessions {
     fn open(&mut self, token: TokenHash, record: SessionRecord, now: u64) {
-        if self.map.len() >= self.sweep_at && !self.map.contains_key(&token) {
-            self.sweep(now);
+        if !self.map.contains_key(&token) {
+            self.map.make_room(|state| state.expires_at > now);
         }
         let SessionRecord {
             scope,
@@ -191,20 +177,16 @@ impl Sessions {
         }
     }
 
-    /// Drops expired sessions. The next sweep waits until the live sessions
-    /// have doubled, so each open pays O(1) on average.
+    /// Drops expired sessions.
     fn sweep(&mut self, now: u64) {
-        self.map.retain(|_, state| state.expires_at > now);
-        self.sweep_at = self.map.len().saturating_mul(2).max(MIN_SWEEP_LEN);
-        if self.map.capacity() > self.sweep_at.saturating_mul(2) {
-            self.map.shrink_to(self.sweep_at);
-        }
+        self.map.sweep(|state| state.expires_at > now);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::swept::MIN_SWEEP_LEN;
 
     fn hash(n: u64) -> TokenHash {
         let mut bytes = [0u8; 32];
