@@ -25,11 +25,11 @@ fn extra_echoed(server: &JsonObject, client: &JsonObject) -> bool {
 /// The server's requirement a v2 payment's `accepted` refers to: `scheme`,
 /// `network`, `amount`, `asset`, `payTo` and `maxTimeoutSeconds` equal, and
 /// the server's `extra` echoed.
-pub(crate) fn match_v2(
-    accepts: &[v2::PaymentRequirements],
+pub(crate) fn match_v2<'a>(
+    accepts: impl IntoIterator<Item = &'a v2::PaymentRequirements>,
     accepted: &v2::PaymentRequirements,
 ) -> Option<usize> {
-    accepts.iter().position(|r| {
+    accepts.into_iter().position(|r| {
         r.scheme == accepted.scheme
             && r.network == accepted.network
             && r.amount == accepted.amount

@@ -1201,9 +1201,8 @@ fn find_match<'a>(resolved: &'a Resolved, payload: &PaymentPayload) -> Option<Ma
                 });
             }
             resolved.sessions.iter().enumerate().find_map(|(si, s)| {
-                let rows: Vec<v2::PaymentRequirements> =
-                    s.accepts.iter().map(|a| a.requirements.clone()).collect();
-                let i = matching::match_v2(&rows, &p.accepted)?;
+                let rows = s.accepts.iter().map(|a| &a.requirements);
+                let i = matching::match_v2(rows, &p.accepted)?;
                 s.accepts.get(i).map(|offer| Matched {
                     offer,
                     session: Some(si),
