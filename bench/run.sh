@@ -7,18 +7,24 @@
 #
 # Knobs (environment):
 #   DURATION=10        seconds per path
-#   MEM_DURATION=60    seconds of the memory run (paid path, in-memory claims)
-#   MEM_RATE=500       requests/s of the memory run (each needs a pre-signed payment)
+#   MEM_DURATION=60    seconds of the memory run (paid path, in-memory claims);
+#                      claims are kept 900 s, so the plateau shows from about
+#                      1000 s on: MEM_DURATION=1500 MEM_RATE=100 MEM_EVERY=30
+#   MEM_RATE=500       requests/s of the memory run
 #   MEM_EVERY=5        seconds between RSS samples in the memory run
+#   MEM_VALID_FOR=60   the memory run's payments are signed as they are sent,
+#                      each valid for this many seconds
 #   CONNECTIONS=32     concurrent keep-alive connections
 #   LOADGEN_THREADS=1  tokio worker threads of the load generator
-#   PAID_MAX=40000     pre-signed payments per paid path (caps the request count)
-#   SESSIONS=1600      sessions bought before the redemption run (99 calls each)
+#   PAID_MAX=60000     pre-signed payments per paid path (caps the request count)
+#   SESSIONS=4000      sessions bought before the redemption run (99 calls each)
 #   PAYERS=64          funded payers on the dev ledger
 #   REDIS_URL=redis://127.0.0.1:6379   used if it answers; else a private
 #                      redis-server is started on a free port (and stopped)
 #   SKIP_REDIS=1       skip the Redis paths
 #   SKIP_MEMORY=1      skip the 60 s memory run
+#   PATHS="..."        run only these paths, of: baseline floor challenge
+#                      paid-memory paid-redis session-floor session-redis memory
 #   PERF=0             do not profile the paid path with perf (default: profile if perf works)
 #   PERF_SECONDS=5     length of the perf capture
 #   SERVER_CPUS / LOADGEN_CPUS   e.g. "0" and "1": pin with taskset
@@ -32,9 +38,12 @@ DURATION="${DURATION:-10}"
 MEM_DURATION="${MEM_DURATION:-60}"
 MEM_RATE="${MEM_RATE:-500}"
 MEM_EVERY="${MEM_EVERY:-5}"
+MEM_VALID_FOR="${MEM_VALID_FOR:-60}"
+PATHS=" ${PATHS:-baseline floor challenge paid-memory paid-redis session-floor session-redis memory} "
+want() { [[ "$PATHS" == *" $1 "* ]]; }
 CONNECTIONS="${CONNECTIONS:-32}"
-PAID_MAX="${PAID_MAX:-40000}"
-SESSIONS="${SESSIONS:-1600}"
+PAID_MAX="${PAID_MAX:-60000}"
+SESSIONS="${SESSIONS:-4000}"
 PAYERS="${PAYERS:-64}"
 SEED="${SEED:-$RANDOM}"
 PERF_SECONDS="${PERF_SECONDS:-5}"
@@ -186,44 +195,67 @@ fi
 
 log "seed $SEED, $PAYERS payers, $CONNECTIONS connections, ${DURATION}s per path; results in $OUT"
 
-log "1/6 baseline: the same handler body, no paywall layer"
-start_server baseline baseline
-run_load baseline --mode plain --path /exact/evm/eip3009 --duration "$DURATION" --expect 200
-stop_server
-
-log "2/6 402 challenge path (paid-api, no payment header)"
-start_server challenge paid-api
-run_load challenge-402 --mode plain --path /exact/evm/eip3009 --duration "$DURATION" --expect 402
-stop_server
-
-log "3/6 paid exact path: in-process facilitator, dev ledger, in-memory claims"
-start_server paid-memory paid-api
-PROFILE_THIS="$PERF_OK" run_load paid-memory --mode paid --path /exact/evm/eip3009 \
-    --duration "$DURATION" --max-requests "$PAID_MAX" --expect 200
-stop_server
-
-if [ "$REDIS_OK" = 1 ]; then
-    log "4/6 paid exact path with Redis claims ($REDIS_URL)"
-    start_server paid-redis paid-api REDIS_URL="$REDIS_URL"
-    run_load paid-redis --mode paid --path /exact/evm/eip3009 \
-        --duration "$DURATION" --max-requests "$PAID_MAX" --expect 200
+if want baseline; then
+    log "1/8 baseline: the same handler body, no paywall layer"
+    start_server baseline baseline
+    run_load baseline --mode plain --path /exact/evm/eip3009 --duration "$DURATION" --expect 200
     stop_server
-
-    log "5/6 session redemption on Redis ($SESSIONS sessions bought first)"
-    start_server session-redis paid-api REDIS_URL="$REDIS_URL"
-    run_load session-redis --mode session --path /session/demo --sessions "$SESSIONS" \
-        --duration "$DURATION" --expect 200
-    stop_server
-else
-    log "4/6, 5/6 skipped (no Redis)"
 fi
 
-if [ "${SKIP_MEMORY:-0}" != 1 ]; then
-    mem_max=$(( ${MEM_DURATION%.*} * ${MEM_RATE%.*} + 1000 ))
-    log "6/6 memory: paid path, in-memory claims, ${MEM_DURATION}s at ${MEM_RATE} req/s, RSS every ${MEM_EVERY}s"
+if want floor; then
+    log "2/8 402 floor: paid-api's 402 bytes from a bare handler, no engine"
+    start_server challenge-floor challenge-floor
+    run_load challenge-floor --mode plain --path /exact/evm/eip3009 --duration "$DURATION" --expect 402
+    stop_server
+fi
+
+if want challenge; then
+    log "3/8 402 challenge path (paid-api, no payment header)"
+    start_server challenge paid-api
+    run_load challenge-402 --mode plain --path /exact/evm/eip3009 --duration "$DURATION" --expect 402
+    stop_server
+fi
+
+if want paid-memory; then
+    log "4/8 paid exact path: in-process facilitator, dev ledger, in-memory claims"
+    start_server paid-memory paid-api
+    PROFILE_THIS="$PERF_OK" run_load paid-memory --mode paid --path /exact/evm/eip3009 \
+        --duration "$DURATION" --max-requests "$PAID_MAX" --expect 200
+    stop_server
+fi
+
+if [ "$REDIS_OK" = 1 ]; then
+    if want paid-redis; then
+        log "5/8 paid exact path with Redis claims ($REDIS_URL)"
+        start_server paid-redis paid-api REDIS_URL="$REDIS_URL"
+        run_load paid-redis --mode paid --path /exact/evm/eip3009 \
+            --duration "$DURATION" --max-requests "$PAID_MAX" --expect 200
+        stop_server
+    fi
+
+    if want session-floor; then
+        log "6/8 session floor: one Redis redemption per call from a bare handler, no engine"
+        start_server session-floor session-floor REDIS_URL="$REDIS_URL"
+        run_load session-floor --mode plain --path /session/demo --duration "$DURATION" --expect 200
+        stop_server
+    fi
+
+    if want session-redis; then
+        log "7/8 session redemption on Redis ($SESSIONS sessions bought first)"
+        start_server session-redis paid-api REDIS_URL="$REDIS_URL"
+        run_load session-redis --mode session --path /session/demo --sessions "$SESSIONS" \
+            --duration "$DURATION" --expect 200
+        stop_server
+    fi
+else
+    log "5/8 to 7/8 skipped (no Redis)"
+fi
+
+if [ "${SKIP_MEMORY:-0}" != 1 ] && want memory; then
+    log "8/8 memory: paid path, in-memory claims, ${MEM_DURATION}s at ${MEM_RATE} req/s, payments valid ${MEM_VALID_FOR}s, RSS every ${MEM_EVERY}s"
     start_server memory paid-api
     run_load memory-paid --mode paid --path /exact/evm/eip3009 --duration "$MEM_DURATION" \
-        --rate "$MEM_RATE" --max-requests "$mem_max" --sample-every "$MEM_EVERY" --expect 200
+        --rate "$MEM_RATE" --valid-for "$MEM_VALID_FOR" --sample-every "$MEM_EVERY" --expect 200
     stop_server
 fi
 

@@ -7,6 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
+# A one-off full run gains nothing from incremental caches, which take
+# gigabytes of disk; set CARGO_INCREMENTAL=1 to keep them.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 need() { command -v "$1" >/dev/null 2>&1; }
 apt_install() {

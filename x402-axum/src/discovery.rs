@@ -210,6 +210,11 @@ mod prometheus {
     /// Keep it off the public internet (bind it on another listener, or
     /// guard it with your own layer): route names and payment volumes are
     /// business data.
+    ///
+    /// A recorder made with `build_recorder` keeps every histogram sample
+    /// until it is rendered or upkept: run `handle.run_upkeep()` every few
+    /// seconds (as `PrometheusBuilder::install` does), or the process grows
+    /// with each paid request while nobody scrapes.
     pub fn prometheus_router<S>(path: &str, handle: PrometheusHandle) -> Router<S>
     where
         S: Clone + Send + Sync + 'static,

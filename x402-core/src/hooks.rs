@@ -191,6 +191,19 @@ pub enum HookError {
 /// docs](self).
 #[async_trait]
 pub trait PaymentHooks: Send + Sync + 'static {
+    /// Whether this hook implements
+    /// [`on_protected_request`](Self::on_protected_request). The default,
+    /// `true`, is always correct. A hook that keeps the default
+    /// `on_protected_request` may return `false`: when no hook of an engine
+    /// inspects requests, the engine answers an unpaid request with its
+    /// ready-made 402 without waiting on any hook
+    /// ([`Engine::process_now`](crate::Engine::process_now)).
+    /// A hook that returns `false` yet implements `on_protected_request` is
+    /// skipped for those requests.
+    fn inspects_requests(&self) -> bool {
+        true
+    }
+
     /// A protected route was requested, before anything else.
     async fn on_protected_request(
         &self,

@@ -169,6 +169,28 @@ mod enabled {
         counter!(name, labels).increment(1);
     }
 
+    /// The retained key of `x402_challenges_total{route, reason="payment_required"}`:
+    /// the series [`inc`] names for a route's challenges, with its labels
+    /// and hash computed once.
+    pub(super) fn challenge_key(route: &str) -> ::metrics::Key {
+        ::metrics::Key::from_parts(
+            CHALLENGES_TOTAL,
+            vec![
+                ::metrics::Label::new("route", route.to_owned()),
+                ::metrics::Label::new("reason", "payment_required"),
+            ],
+        )
+        .to_retained()
+    }
+
+    /// Adds one to the counter `key`, with whichever recorder is current
+    /// (as `counter!` does).
+    pub(super) fn inc_key(key: &::metrics::Key) {
+        static METADATA: ::metrics::Metadata<'static> =
+            ::metrics::Metadata::new(module_path!(), ::metrics::Level::INFO, Some(module_path!()));
+        ::metrics::with_recorder(|r| r.register_counter(key, &METADATA)).increment(1);
+    }
+
     pub(super) fn seconds(
         name: &'static str,
         labels: &[(&'static str, &'static str)],
@@ -258,6 +280,33 @@ mod enabled {
 // What the engine calls. Every function is empty without the feature.
 
 use crate::{engine::Refusal, money::AtomicAmount, proto::SettleResponse};
+
+/// The series of one route that its hot path counts, built once.
+#[derive(Debug)]
+pub(crate) struct RouteSeries {
+    #[cfg(feature = "metrics")]
+    challenge: ::metrics::Key,
+}
+
+impl RouteSeries {
+    /// The series of the route whose pattern is `route`.
+    pub(crate) fn new(route: &str) -> Self {
+        #[cfg(not(feature = "metrics"))]
+        let _ = route;
+        Self {
+            #[cfg(feature = "metrics")]
+            challenge: enabled::challenge_key(route),
+        }
+    }
+
+    /// A `payment_required` challenge on this route: the series that
+    /// [`refusal`] counts it in, without building its key.
+    #[inline]
+    pub(crate) fn payment_required(&self) {
+        #[cfg(feature = "metrics")]
+        enabled::inc_key(&self.challenge);
+    }
+}
 
 /// A refusal of a request on `route`: a challenge (402) or another refusal.
 #[inline]

@@ -204,3 +204,153 @@ async fn several_networks_on_one_route_with_solana_fee_payer_from_supported() {
         .collect();
     assert_eq!(networks, ["base-sepolia", "base", "solana-devnet"]);
 }
+
+/// A hook that answers every protected request itself (and so inspects
+/// requests, by the trait's default).
+#[derive(Debug)]
+struct LetsEveryoneIn;
+
+#[async_trait]
+impl x402_core::hooks::PaymentHooks for LetsEveryoneIn {
+    async fn on_protected_request(
+        &self,
+        _ctx: &x402_core::hooks::RequestContext<'_>,
+    ) -> Result<x402_core::hooks::ProtectedRequest, x402_core::hooks::HookError> {
+        Ok(x402_core::hooks::ProtectedRequest::GrantAccess)
+    }
+}
+
+fn parts(uri: &str, headers: &[(&str, &str)]) -> http::request::Parts {
+    let mut req = http::Request::get(uri);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.body(()).unwrap().into_parts().0
+}
+
+fn resource_url(resp: &x402_core::engine::EngineResponse) -> String {
+    let v2: v2::PaymentRequired =
+        codec::decode(resp.headers()[codec::PAYMENT_REQUIRED].as_bytes(), 1 << 16).unwrap();
+    let body: Value = serde_json::from_slice(resp.body()).unwrap();
+    assert_eq!(body["accepts"][0]["resource"], v2.resource.url.as_str());
+    v2.resource.url
+}
+
+#[tokio::test]
+async fn process_now_decides_what_needs_no_waiting_and_agrees_with_process() {
+    use x402_core::engine::Immediate;
+
+    let engine = Engine::builder(SupportedOnly)
+        .route(Route::get("/r").offer(Offer::exact("eip155:84532", "$0.001", PAY_TO)))
+        .build()
+        .unwrap();
+    let now = |p: &http::request::Parts| engine.process_now(RequestView::from_parts(p));
+
+    // Unprotected: pass, at once.
+    assert!(matches!(now(&parts("/free", &[])), Some(Immediate::Pass)));
+
+    // The first unpaid request builds the challenge for its URL; from then
+    // on the same URL is answered at once, with the same bytes `process`
+    // gives.
+    let first = parts("/r?x=1", &[("host", "a.example")]);
+    assert!(now(&first).is_none(), "nothing encoded for this URL yet");
+    let Decision::Respond(slow) = engine.process(RequestView::from_parts(&first)).await else {
+        panic!("expected a challenge");
+    };
+    let Some(Immediate::Respond(fast)) = now(&first) else {
+        panic!("expected the ready-made challenge");
+    };
+    assert_eq!(fast.status(), 402);
+    assert_eq!(fast.headers(), slow.headers());
+    assert_eq!(fast.body(), slow.body());
+    assert_eq!(
+        fast.headers()["content-length"],
+        slow.body().len().to_string().as_str()
+    );
+    assert_eq!(resource_url(&fast), "http://a.example/r?x=1");
+
+    // Another host, scheme or query is another URL: never the cached one.
+    for (uri, headers, url) in [
+        (
+            "/r?x=1",
+            vec![("host", "b.example")],
+            "http://b.example/r?x=1",
+        ),
+        (
+            "/r?x=1",
+            vec![("host", "a.example"), ("x-forwarded-proto", "https")],
+            "https://a.example/r?x=1",
+        ),
+        (
+            "/r?x=2",
+            vec![("host", "a.example")],
+            "http://a.example/r?x=2",
+        ),
+        ("/r", vec![("host", "a.example")], "http://a.example/r"),
+        (
+            "/r?x=1",
+            vec![("host", "a.example:8080")],
+            "http://a.example:8080/r?x=1",
+        ),
+    ] {
+        let p = parts(uri, &headers);
+        assert!(
+            now(&p).is_none(),
+            "{url} must not reuse another URL's challenge"
+        );
+        let Decision::Respond(resp) = engine.process(RequestView::from_parts(&p)).await else {
+            panic!("expected a challenge");
+        };
+        assert_eq!(resource_url(&resp), url);
+        let Some(Immediate::Respond(again)) = now(&p) else {
+            panic!("expected {url}'s challenge to be ready now");
+        };
+        assert_eq!(resource_url(&again), url);
+    }
+
+    // Whatever carries a payment, or comes from a browser, waits for
+    // `process`.
+    let signed = parts(
+        "/r",
+        &[("host", "a.example"), ("payment-signature", "e30=")],
+    );
+    assert!(now(&signed).is_none());
+    let x_payment = parts("/r", &[("host", "a.example"), ("x-payment", "e30=")]);
+    assert!(now(&x_payment).is_none());
+    let browser = parts(
+        "/r",
+        &[
+            ("host", "a.example"),
+            ("accept", "text/html"),
+            ("user-agent", "Mozilla/5.0"),
+        ],
+    );
+    assert!(now(&browser).is_none());
+}
+
+#[tokio::test]
+async fn process_now_waits_for_hooks_that_inspect_requests() {
+    use x402_core::engine::Immediate;
+
+    let engine = Engine::builder(SupportedOnly)
+        .route(
+            Route::get("/r")
+                .offer(Offer::exact("eip155:84532", "$0.001", PAY_TO))
+                .resource_url("https://api.example.test/r"),
+        )
+        .hooks(LetsEveryoneIn)
+        .build()
+        .unwrap();
+    let p = parts("/r", &[]);
+    // The challenge is encoded at build, but the hook may grant access.
+    assert!(engine.process_now(RequestView::from_parts(&p)).is_none());
+    assert!(matches!(
+        engine.process(RequestView::from_parts(&p)).await,
+        Decision::Pass
+    ));
+    let free = parts("/free", &[]);
+    assert!(matches!(
+        engine.process_now(RequestView::from_parts(&free)),
+        Some(Immediate::Pass)
+    ));
+}

@@ -5,7 +5,7 @@ use http_body::Body;
 use http_body_util::BodyExt;
 use tower_service::Service;
 use x402_core::{
-    engine::{handler_failed_response, Completion, Decision},
+    engine::{handler_failed_response, Completion, Decision, Immediate, PaidRequest},
     route::{RequestView, SettlementTiming},
     Engine,
 };
@@ -64,7 +64,26 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // Unprotected requests and ready-made 402s are decided here, with no
+        // clone of the inner service and no boxed engine future.
+        let now = {
+            let view = RequestView::new(request.method(), request.uri(), request.headers());
+            self.engine.process_now(view)
+        };
+        match now {
+            Some(Immediate::Pass) => {
+                let future = self.inner.call(request);
+                return ResponseFuture::boxed(async move {
+                    future.await.map(|r| r.map(PaywallBody::stream))
+                });
+            }
+            Some(Immediate::Respond(response)) => {
+                return ResponseFuture::ready(response.map(PaywallBody::full));
+            }
+            _ => {}
+        }
+
         // The instance that reported ready goes into the future; this one keeps
         // a fresh clone (see "Be careful when cloning inner services" in
         // tower-service's docs).
@@ -72,61 +91,76 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let engine = self.engine.clone();
 
-        ResponseFuture {
-            inner: Box::pin(async move {
-                let decision = {
-                    let view = RequestView::new(request.method(), request.uri(), request.headers());
-                    engine.process(view).await
-                };
-                let paid = match decision {
-                    Decision::Pass => {
-                        return inner
-                            .call(request)
-                            .await
-                            .map(|r| r.map(PaywallBody::stream));
-                    }
-                    Decision::Respond(response) => return Ok(response.map(PaywallBody::full)),
-                    Decision::Paid(paid) => paid,
-                };
-                request.extensions_mut().insert(paid.payment().clone());
-
-                if paid.timing() == SettlementTiming::BeforeHandler {
-                    let settled = match paid.settle().await {
-                        Ok(settled) => settled,
-                        Err(response) => return Ok(response.map(PaywallBody::full)),
-                    };
-                    let mut response = inner.call(request).await?;
-                    settled.finish(response.headers_mut());
-                    return Ok(response.map(PaywallBody::stream));
+        ResponseFuture::boxed(async move {
+            let decision = {
+                let view = RequestView::new(request.method(), request.uri(), request.headers());
+                engine.process(view).await
+            };
+            let paid = match decision {
+                Decision::Pass => {
+                    return inner
+                        .call(request)
+                        .await
+                        .map(|r| r.map(PaywallBody::stream));
                 }
+                Decision::Respond(response) => return Ok(response.map(PaywallBody::full)),
+                Decision::Paid(paid) => paid,
+            };
+            // Boxed apart: the paid flow's state is large, and the 402
+            // and pass-through paths should not allocate room for it.
+            Box::pin(serve_paid(paid, inner, request)).await
+        })
+    }
+}
 
-                let response = match inner.call(request).await {
-                    Ok(response) => response,
-                    Err(e) => {
-                        paid.abort().await;
-                        return Err(e);
-                    }
-                };
-                let (mut parts, body) = response.into_parts();
-                // Held until settled: a refused settlement must not leak it,
-                // and a body that fails midway must not be charged.
-                let data = match body.collect().await {
-                    Ok(collected) => collected.to_bytes(),
-                    Err(e) => {
-                        tracing::error!(error = %e, "x402: paid handler's body failed; not settling");
-                        paid.abort().await;
-                        return Ok(handler_failed_response().map(PaywallBody::full));
-                    }
-                };
-                match paid.complete(parts.status, &mut parts.headers).await {
-                    Completion::Deliver => {
-                        // The body's length is known now.
-                        parts.headers.remove(http::header::TRANSFER_ENCODING);
-                        Ok(Response::from_parts(parts, PaywallBody::full(data)))
-                    }
-                    Completion::Replace(response) => Ok(response.map(PaywallBody::full)),
-                }
-            }),
+/// The handler and settlement for a verified payment or redeemed session
+/// call: settle first (per route) or hold the body until settled.
+async fn serve_paid<S, ReqBody, ResBody>(
+    paid: Box<PaidRequest>,
+    mut inner: S,
+    mut request: Request<ReqBody>,
+) -> Result<Response<PaywallBody<ResBody>>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: Body,
+    ResBody::Error: std::fmt::Display,
+{
+    request.extensions_mut().insert(paid.payment().clone());
+
+    if paid.timing() == SettlementTiming::BeforeHandler {
+        let settled = match paid.settle().await {
+            Ok(settled) => settled,
+            Err(response) => return Ok(response.map(PaywallBody::full)),
+        };
+        let mut response = inner.call(request).await?;
+        settled.finish(response.headers_mut());
+        return Ok(response.map(PaywallBody::stream));
+    }
+
+    let response = match inner.call(request).await {
+        Ok(response) => response,
+        Err(e) => {
+            paid.abort().await;
+            return Err(e);
         }
+    };
+    let (mut parts, body) = response.into_parts();
+    // Held until settled: a refused settlement must not leak it,
+    // and a body that fails midway must not be charged.
+    let data = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => {
+            tracing::error!(error = %e, "x402: paid handler's body failed; not settling");
+            paid.abort().await;
+            return Ok(handler_failed_response().map(PaywallBody::full));
+        }
+    };
+    match paid.complete(parts.status, &mut parts.headers).await {
+        Completion::Deliver => {
+            // The body's length is known now.
+            parts.headers.remove(http::header::TRANSFER_ENCODING);
+            Ok(Response::from_parts(parts, PaywallBody::full(data)))
+        }
+        Completion::Replace(response) => Ok(response.map(PaywallBody::full)),
     }
 }

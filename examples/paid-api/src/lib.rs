@@ -355,9 +355,12 @@ fn parse_dev_fund(list: &str) -> Result<Vec<(Address, U256)>, Error> {
 /// balances), the route's network and asset, and the shutdown switch.
 #[derive(Debug, Clone)]
 pub struct AppState {
+    // axum clones the state for every request it routes (and the paywall
+    // clones the route service for every protected one): Arcs and copies
+    // only, no Strings.
     dev_ledger: Option<Arc<DevLedger>>,
-    network: String,
-    asset: AssetConfig,
+    network: Arc<str>,
+    asset: Arc<AssetConfig>,
     pay_to: Address,
     shutdown: Arc<watch::Sender<bool>>,
     webhook_worker: Arc<Mutex<Option<WebhookWorker>>>,
@@ -457,8 +460,9 @@ async fn facilitator(
             (Arc::new(local), None)
         }
         FacilitatorConfig::DevLedger { fund } => {
-            // The dev ledger fakes settlements, so it refuses mainnets.
-            let ledger = Arc::new(DevLedger::new());
+            // The dev ledger fakes settlements, so it refuses mainnets. A
+            // server runs for long: it forgets nonces once they expire.
+            let ledger = Arc::new(DevLedger::new().forget_expired_nonces());
             let local = LocalFacilitator::builder(Arc::clone(&ledger))
                 .network(&config.network)
                 .build()
@@ -554,8 +558,8 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
     let (shutdown, _) = watch::channel(false);
     let state = AppState {
         dev_ledger,
-        network: config.network.clone(),
-        asset: config.asset.clone(),
+        network: config.network.as_str().into(),
+        asset: Arc::new(config.asset.clone()),
         pay_to: config.pay_to,
         shutdown: Arc::new(shutdown),
         webhook_worker: Arc::new(Mutex::new(webhook_worker)),
@@ -608,6 +612,19 @@ fn metrics_handle() -> PrometheusHandle {
                 tracing::warn!("a metrics recorder was already installed; /metrics stays empty");
             } else {
                 x402_core::metrics::describe();
+                // Histogram samples pile up until rendered or upkept: without
+                // this, the process would grow with every paid request while
+                // nobody scrapes /metrics.
+                let upkeep = handle.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("metrics-upkeep".into())
+                    .spawn(move || loop {
+                        std::thread::sleep(Duration::from_secs(5));
+                        upkeep.run_upkeep();
+                    });
+                if let Err(e) = spawned {
+                    tracing::warn!(error = %e, "metrics upkeep thread not started");
+                }
             }
             handle
         })

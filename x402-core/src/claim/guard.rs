@@ -223,6 +223,10 @@ impl ReplayGuard {
 
 #[async_trait]
 impl PaymentHooks for ReplayGuard {
+    fn inspects_requests(&self) -> bool {
+        false
+    }
+
     async fn after_verify(
         &self,
         ctx: &PaymentContext<'_>,

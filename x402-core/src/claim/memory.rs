@@ -96,15 +96,20 @@ impl Claims {
             *until = expires_at;
             return Claimed::Claimed;
         }
-        self.map.make_room(|until| *until > now);
+        self.map.make_room(unix_secs(now), |until| *until > now);
         self.map.insert(key.to_owned(), expires_at);
         Claimed::Claimed
     }
 
     /// Drops expired claims.
     fn sweep(&mut self, now: SystemTime) {
-        self.map.sweep(|until| *until > now);
+        self.map.sweep(unix_secs(now), |until| *until > now);
     }
+}
+
+fn unix_secs(t: SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 #[cfg(test)]
@@ -136,6 +141,29 @@ mod tests {
             );
         }
         assert!(claims.map.capacity() <= 8 * 11 * 1000);
+    }
+
+    #[test]
+    fn expired_claims_are_swept_every_minute() {
+        let mut claims = Claims::default();
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        // 20 claims a second, each kept 900 s: 18 000 live once the first
+        // expire. Sweeping only on doubling would let the map reach twice
+        // that; the minute's sweep keeps it within a minute's inflow of it.
+        for second in 0..3_000u64 {
+            let now = start + Duration::from_secs(second);
+            for i in 0..20 {
+                let key = format!("k{second}:{i}");
+                claims.claim(&key, now + Duration::from_secs(900), now);
+            }
+            if second >= 1_000 {
+                assert!(
+                    claims.map.len() <= 18_000 + 20 * 61,
+                    "{} claims at {second} s",
+                    claims.map.len()
+                );
+            }
+        }
     }
 
     #[test]

@@ -97,6 +97,8 @@ struct Inner {
     facilitator: Arc<dyn Facilitator>,
     routes: Vec<CompiledRoute>,
     hooks: Vec<Arc<dyn PaymentHooks>>,
+    /// Whether any hook implements `on_protected_request`.
+    inspects_requests: bool,
     max_header_bytes: usize,
     paywall: Arc<dyn Paywall>,
     supported: OnceCell<Arc<SupportedResponse>>,
@@ -119,6 +121,8 @@ struct CompiledRoute {
     /// The static offers, resolved once (on first use, when they need the
     /// facilitator's `/supported`).
     resolved: OnceCell<Arc<Resolved>>,
+    /// The metrics series its 402s are counted in.
+    series: crate::metrics::RouteSeries,
 }
 
 /// A route's offers as requirements, with what can be encoded once.
@@ -158,6 +162,22 @@ impl Resolved {
         let encoded = parts.encode(Refusal::PaymentRequired.reason(), None)?;
         *lock() = Some((url.clone(), encoded.clone()));
         Some(encoded)
+    }
+
+    /// The 402 for a request to `url`, when the last challenge encoded was
+    /// for that URL: the common case of a client re-requesting a route,
+    /// answered without building the URL.
+    fn cached_challenge_response(&self, url: &RequestUrl<'_>) -> Option<EngineResponse> {
+        let last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &*last {
+            Some((cached_url, encoded)) if url.is(cached_url) => {
+                Some(response::challenge_response(encoded))
+            }
+            _ => None,
+        }
     }
 }
 
@@ -329,18 +349,25 @@ impl EngineBuilder {
                     let _ = resolved.set(Arc::new(r));
                 }
             }
-            routes.push(CompiledRoute { route, resolved });
+            let series = crate::metrics::RouteSeries::new(route.pattern());
+            routes.push(CompiledRoute {
+                route,
+                resolved,
+                series,
+            });
         }
         let mut hooks: Vec<Arc<dyn PaymentHooks>> = Vec::with_capacity(self.hooks.len() + 1);
         if let Some(guard) = self.replay_guard {
             hooks.push(Arc::new(guard));
         }
         hooks.extend(self.hooks);
+        let inspects_requests = hooks.iter().any(|h| h.inspects_requests());
         Ok(Engine {
             inner: Arc::new(Inner {
                 facilitator: self.facilitator,
                 routes,
                 hooks,
+                inspects_requests,
                 max_header_bytes: self.max_header_bytes,
                 paywall: self.paywall,
                 supported: OnceCell::new(),
@@ -396,7 +423,7 @@ fn resolve_route(
     let accepts = resolve_all(route, offers, supported)?;
     let rows = accepts
         .iter()
-        .map(|a| a.requirements.clone())
+        .map(|a| (*a.requirements).clone())
         .collect::<Vec<_>>();
     let mut sessions = Vec::with_capacity(route.sessions.len());
     for s in &route.sessions {
@@ -447,7 +474,7 @@ fn session_extension(sessions: &[ResolvedSession]) -> Value {
                 "calls": s.calls,
                 "ttlSeconds": s.ttl.as_secs(),
                 "scope": s.scope,
-                "accepts": s.accepts.iter().map(|a| &a.requirements).collect::<Vec<_>>(),
+                "accepts": s.accepts.iter().map(|a| &*a.requirements).collect::<Vec<_>>(),
             })
         })
         .collect();
@@ -497,6 +524,17 @@ fn enrich_bazaar(route: &Route, request: &RequestView<'_>, extensions: &JsonObje
     out
 }
 
+/// A decision [`Engine::process_now`] could make without waiting.
+#[derive(Debug)]
+#[non_exhaustive]
+#[must_use]
+pub enum Immediate {
+    /// No route protects the request: call the handler as usual.
+    Pass,
+    /// Answer with this response (the route's 402 challenge).
+    Respond(EngineResponse),
+}
+
 /// What to do with a request.
 #[derive(Debug)]
 #[must_use]
@@ -531,8 +569,8 @@ pub struct VerifiedPayment {
     /// The recipient.
     pub pay_to: String,
     /// The seller's requirement the payment matched (for a session call, the
-    /// first way the session was sold).
-    pub requirements: v2::PaymentRequirements,
+    /// first way the session was sold). Shared with the engine's route table.
+    pub requirements: Arc<v2::PaymentRequirements>,
     /// The matched route's pattern.
     pub route: String,
     /// On `upto` routes, where the handler reports what the call cost.
@@ -555,7 +593,7 @@ pub struct SessionCall {
 fn resource_for(route: &Route, request: &RequestView<'_>) -> v2::ResourceInfo {
     let url = match &route.resource_url {
         Some(url) => url.clone(),
-        None => request_url(request),
+        None => RequestUrl::of(request).to_string(),
     };
     v2::ResourceInfo {
         url,
@@ -564,27 +602,87 @@ fn resource_for(route: &Route, request: &RequestView<'_>) -> v2::ResourceInfo {
     }
 }
 
-/// The request's absolute URL: the URI's own scheme and authority if it has
-/// them, else `Host` (and `X-Forwarded-Proto`, else `http`).
-fn request_url(request: &RequestView<'_>) -> String {
-    let uri = request.uri;
-    let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-    if let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) {
-        return format!("{scheme}://{authority}{path}");
+/// The 402 for an unpaid request when it is ready-made: no payment header,
+/// no session token for the route, no per-request bazaar declaration, not a
+/// browser (which gets the paywall page), and a challenge encoded for the
+/// request's URL (the route's fixed one, or the last one built). Counted.
+fn ready_challenge(
+    compiled: &CompiledRoute,
+    resolved: &Resolved,
+    request: &RequestView<'_>,
+) -> Option<EngineResponse> {
+    let headers = request.headers;
+    if headers.contains_key(codec::PAYMENT_SIGNATURE)
+        || headers.contains_key(codec::X_PAYMENT)
+        || (resolved.scope().is_some() && headers.contains_key(X_PAYMENT_SESSION))
+        || resolved
+            .extensions
+            .contains_key(crate::discovery::bazaar::BAZAAR)
+        || response::is_browser(headers)
+    {
+        return None;
     }
-    let header = |name: &str| {
-        request
-            .headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_graphic()))
+    let response = match &resolved.fixed {
+        Some((_, encoded)) => response::challenge_response(encoded),
+        None => resolved.cached_challenge_response(&RequestUrl::of(request))?,
     };
-    let host = header("host").unwrap_or("localhost");
-    let scheme = match header("x-forwarded-proto") {
-        Some("https") => "https",
-        _ => "http",
-    };
-    format!("{scheme}://{host}{path}")
+    compiled.series.payment_required();
+    Some(response)
+}
+
+/// The request's absolute URL, in pieces: the URI's own scheme and authority
+/// if it has them, else `Host` (and `X-Forwarded-Proto`, else `http`).
+#[derive(Debug, Clone, Copy)]
+struct RequestUrl<'a> {
+    scheme: &'a str,
+    authority: &'a str,
+    path: &'a str,
+}
+
+impl<'a> RequestUrl<'a> {
+    fn of(request: &RequestView<'a>) -> Self {
+        let uri = request.uri;
+        let path = uri.path_and_query().map_or("/", |p| p.as_str());
+        if let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) {
+            return Self {
+                scheme,
+                authority: authority.as_str(),
+                path,
+            };
+        }
+        static X_FORWARDED_PROTO: http::HeaderName =
+            http::HeaderName::from_static("x-forwarded-proto");
+        let headers = request.headers;
+        let header = |name: &http::HeaderName| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_graphic()))
+        };
+        let scheme = match header(&X_FORWARDED_PROTO) {
+            Some("https") => "https",
+            _ => "http",
+        };
+        Self {
+            scheme,
+            authority: header(&http::header::HOST).unwrap_or("localhost"),
+            path,
+        }
+    }
+
+    /// Whether `url` is this URL, compared without building it.
+    fn is(&self, url: &str) -> bool {
+        url.strip_prefix(self.scheme)
+            .and_then(|rest| rest.strip_prefix("://"))
+            .and_then(|rest| rest.strip_prefix(self.authority))
+            == Some(self.path)
+    }
+}
+
+impl fmt::Display for RequestUrl<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}{}", self.scheme, self.authority, self.path)
+    }
 }
 
 fn unix_now() -> u64 {
@@ -659,7 +757,11 @@ impl Engine {
                                 calls: s.calls,
                                 ttl_seconds: s.ttl.as_secs(),
                                 scope: s.scope.clone(),
-                                accepts: s.accepts.iter().map(|a| a.requirements.clone()).collect(),
+                                accepts: s
+                                    .accepts
+                                    .iter()
+                                    .map(|a| (*a.requirements).clone())
+                                    .collect(),
                             })
                             .collect();
                         RouteDescription::new(
@@ -769,6 +871,62 @@ impl Engine {
         }
     }
 
+    /// Decides a request without waiting, when that is possible: `Pass` for
+    /// a request no route protects, and the ready-made 402 for an unpaid
+    /// request to a route whose challenge is already encoded for its URL,
+    /// when no hook [inspects requests](PaymentHooks::inspects_requests).
+    /// `None` means: call [`process`](Self::process), which decides the
+    /// same way for these requests and handles every other.
+    ///
+    /// Adapters call this first so that the common cases cost no future
+    /// and no clone of the inner service.
+    ///
+    /// ```
+    /// use http::{HeaderMap, Method, Uri};
+    /// use x402_core::{
+    ///     engine::Immediate, facilitator::HttpFacilitator, route::RequestView, Engine, Offer,
+    ///     Route,
+    /// };
+    ///
+    /// let engine = Engine::builder(HttpFacilitator::new("http://127.0.0.1:4022")?)
+    ///     .route(Route::get("/paid").offer(Offer::exact(
+    ///         "eip155:84532",
+    ///         "$0.01",
+    ///         "0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
+    ///     )))
+    ///     .build()?;
+    /// let (get, headers) = (Method::GET, HeaderMap::new());
+    /// let free: Uri = "/free".parse()?;
+    /// assert!(matches!(
+    ///     engine.process_now(RequestView::new(&get, &free, &headers)),
+    ///     Some(Immediate::Pass)
+    /// ));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn process_now(&self, request: RequestView<'_>) -> Option<Immediate> {
+        let Some(compiled) = self.find_route(&request) else {
+            return Some(Immediate::Pass);
+        };
+        self.challenge_now(compiled, &request)
+            .map(Immediate::Respond)
+    }
+
+    /// The ready-made 402 for `request`, when no hook needs to see it first
+    /// and the route's static offers are resolved.
+    fn challenge_now(
+        &self,
+        compiled: &CompiledRoute,
+        request: &RequestView<'_>,
+    ) -> Option<EngineResponse> {
+        if self.inner.inspects_requests {
+            return None;
+        }
+        let Pricing::Static(_) = &compiled.route.pricing else {
+            return None;
+        };
+        ready_challenge(compiled, compiled.resolved.get()?, request)
+    }
+
     /// Decides what to do with a request: pass it through, answer it (402,
     /// 502, 503, ...), or let the handler run for a verified payment or a
     /// redeemed session call.
@@ -776,6 +934,9 @@ impl Engine {
         let Some(compiled) = self.find_route(&request) else {
             return Decision::Pass;
         };
+        if let Some(response) = self.challenge_now(compiled, &request) {
+            return Decision::Respond(response);
+        }
         let route = &compiled.route;
 
         let ctx = RequestContext {
@@ -798,7 +959,18 @@ impl Engine {
             }
         }
 
-        let resolved = match self.offers(compiled, &request).await {
+        // The engine's future is allocated for every protected request: the
+        // rarer, larger steps (first resolution, dynamic pricing, session
+        // redemption, verification) are boxed so that it stays small.
+        let ready = match &route.pricing {
+            Pricing::Static(_) => compiled.resolved.get().cloned().map(Some),
+            Pricing::Dynamic(_) => None,
+        };
+        let offers = match ready {
+            Some(resolved) => Ok(resolved),
+            None => Box::pin(self.offers(compiled, &request)).await,
+        };
+        let resolved = match offers {
             Ok(Some(resolved)) => resolved,
             Ok(None) => return Decision::Pass,
             Err(refusal) => {
@@ -818,7 +990,7 @@ impl Engine {
         if let (Some(scope), Some(token)) =
             (resolved.scope(), request.headers.get(X_PAYMENT_SESSION))
         {
-            match self.redeem(compiled, &resolved, scope, token).await {
+            match Box::pin(self.redeem(compiled, &resolved, scope, token)).await {
                 Ok(paid) => return Decision::Paid(paid),
                 Err(Refusal::Unavailable {
                     reason,
@@ -843,18 +1015,9 @@ impl Engine {
         let bazaar = resolved
             .extensions
             .contains_key(crate::discovery::bazaar::BAZAAR);
-        if header.is_none() && session_refusal.is_none() && !bazaar {
-            if let Some((resource, encoded)) = &resolved.fixed {
-                crate::metrics::refusal(route.pattern(), &Refusal::PaymentRequired);
-                if response::is_browser(request.headers) {
-                    let parts = self.parts(route, resource, &resolved);
-                    return Decision::Respond(response::paywall_response(
-                        &parts,
-                        encoded,
-                        &*self.inner.paywall,
-                    ));
-                }
-                return Decision::Respond(response::challenge_response(encoded));
+        if header.is_none() && session_refusal.is_none() {
+            if let Some(response) = ready_challenge(compiled, &resolved, &request) {
+                return Decision::Respond(response);
             }
         }
         let resource = match &resolved.fixed {
@@ -862,28 +1025,26 @@ impl Engine {
             None => resource_for(route, &request),
         };
         let enriched = bazaar.then(|| enrich_bazaar(route, &request, &resolved.extensions));
-        let mut parts = self.parts(route, &resource, &resolved);
-        if let Some(extensions) = &enriched {
-            parts.extensions = extensions;
-        }
-        let refuse = |refusal: Refusal, version: Option<X402Version>, payer: Option<&str>| {
-            crate::metrics::refusal(route.pattern(), &refusal);
-            Decision::Respond(response::refusal_response(
-                &refusal,
-                Some(&parts),
-                version,
-                payer,
-            ))
-        };
-
         let Some(header) = header else {
-            if let Some(refusal) = session_refusal {
-                return refuse(refusal, None, None);
+            let mut parts = self.parts(route, &resource, &resolved);
+            if let Some(extensions) = &enriched {
+                parts.extensions = extensions;
             }
-            crate::metrics::refusal(route.pattern(), &Refusal::PaymentRequired);
+            if let Some(refusal) = session_refusal {
+                crate::metrics::refusal(route.pattern(), &refusal);
+                return Decision::Respond(response::refusal_response(
+                    &refusal,
+                    Some(&parts),
+                    None,
+                    None,
+                ));
+            }
+            compiled.series.payment_required();
             let encoded = if enriched.is_some() {
                 // Enriched per request: nothing to reuse.
                 parts.encode(Refusal::PaymentRequired.reason(), None)
+            } else if let Some((_, encoded)) = &resolved.fixed {
+                Some(encoded.clone())
             } else {
                 resolved.payment_required(&parts)
             };
@@ -904,6 +1065,34 @@ impl Engine {
             }
             return Decision::Respond(response::challenge_response(&encoded));
         };
+        Box::pin(self.pay(compiled, resolved, resource, enriched, header)).await
+    }
+
+    /// The payment half of [`process`](Self::process), boxed there to keep
+    /// the 402 path's future small: decode, match, verify, after-verify
+    /// hooks (claims).
+    async fn pay(
+        &self,
+        compiled: &CompiledRoute,
+        resolved: Arc<Resolved>,
+        resource: v2::ResourceInfo,
+        enriched: Option<JsonObject>,
+        header: &HeaderValue,
+    ) -> Decision {
+        let route = &compiled.route;
+        let mut parts = self.parts(route, &resource, &resolved);
+        if let Some(extensions) = &enriched {
+            parts.extensions = extensions;
+        }
+        let refuse = |refusal: Refusal, version: Option<X402Version>, payer: Option<&str>| {
+            crate::metrics::refusal(route.pattern(), &refusal);
+            Decision::Respond(response::refusal_response(
+                &refusal,
+                Some(&parts),
+                version,
+                payer,
+            ))
+        };
 
         let payload = match codec::decode_payment(header.as_bytes(), self.inner.max_header_bytes) {
             Ok(p) => p,
@@ -921,7 +1110,7 @@ impl Engine {
 
         // The facilitator always gets the server's own requirement.
         let requirements = match version {
-            X402Version::V2 => PaymentRequirements::V2(offer.requirements.clone()),
+            X402Version::V2 => PaymentRequirements::V2((*offer.requirements).clone()),
             X402Version::V1 => match crate::challenge::v1_row(
                 &offer.requirements,
                 &resource,
@@ -945,8 +1134,7 @@ impl Engine {
 
         let scheme = offer.requirements.scheme.as_str();
         let span = tracing::info_span!("x402.verify", network = %network, scheme, payer = tracing::field::Empty);
-        let verdict = match self
-            .verify(&pctx, &request_body)
+        let verdict = match Box::pin(self.verify(&pctx, &request_body))
             .instrument(span.clone())
             .await
         {
@@ -1201,7 +1389,7 @@ fn find_match<'a>(resolved: &'a Resolved, payload: &PaymentPayload) -> Option<Ma
                 });
             }
             resolved.sessions.iter().enumerate().find_map(|(si, s)| {
-                let rows = s.accepts.iter().map(|a| &a.requirements);
+                let rows = s.accepts.iter().map(|a| &*a.requirements);
                 let i = matching::match_v2(rows, &p.accepted)?;
                 s.accepts.get(i).map(|offer| Matched {
                     offer,
@@ -1396,7 +1584,8 @@ impl PaidRequest {
                 }
             },
         };
-        match self.settle_inner(charge).await {
+        // Boxed: its state is large, and session calls never get here.
+        match Box::pin(self.settle_inner(charge)).await {
             Ok(receipt_headers) => {
                 response::expose(headers);
                 headers.extend(receipt_headers);
@@ -1461,7 +1650,7 @@ impl PaidRequest {
                 headers: HeaderMap::new(),
             });
         }
-        self.settle_inner(None)
+        Box::pin(self.settle_inner(None))
             .await
             .map(|headers| Settled { headers })
     }

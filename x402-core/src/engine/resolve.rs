@@ -1,5 +1,7 @@
 //! Offers → requirements.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::{
@@ -53,7 +55,7 @@ pub(crate) fn needs_supported(offer: &Offer) -> bool {
 /// decimals (for `upto` overrides written in whole units).
 #[derive(Debug, Clone)]
 pub(crate) struct ResolvedOffer {
-    pub(crate) requirements: v2::PaymentRequirements,
+    pub(crate) requirements: Arc<v2::PaymentRequirements>,
     pub(crate) decimals: u8,
 }
 
@@ -136,7 +138,7 @@ pub(crate) fn resolve_offer(
         extra.insert(k.clone(), v.clone());
     }
     Ok(ResolvedOffer {
-        requirements: v2::PaymentRequirements {
+        requirements: Arc::new(v2::PaymentRequirements {
             scheme: offer.scheme.clone(),
             network: offer.network.clone(),
             amount,
@@ -145,7 +147,7 @@ pub(crate) fn resolve_offer(
             max_timeout_seconds: offer.max_timeout_seconds,
             extra,
             other: JsonObject::new(),
-        },
+        }),
         decimals,
     })
 }

@@ -114,11 +114,14 @@ pub(crate) struct ChallengeParts<'a> {
     pub(crate) output_schema: Option<&'a JsonObject>,
 }
 
-/// A pre-encoded challenge: the header and body of a `payment_required` 402.
+/// A pre-encoded challenge: the header and body of a `payment_required` 402,
+/// and every header of its response, so that answering is a copy.
 #[derive(Debug, Clone)]
 pub(crate) struct EncodedChallenge {
     pub(crate) header: HeaderValue,
     pub(crate) body: Bytes,
+    /// The 402's headers: the challenge, JSON, expose and no-store.
+    headers: HeaderMap,
 }
 
 impl ChallengeParts<'_> {
@@ -126,26 +129,38 @@ impl ChallengeParts<'_> {
         let v2 = challenge::payment_required(self.resource, self.accepts, self.extensions, error);
         let mut v1 = challenge::v1_body(self.resource, self.accepts, self.output_schema, error);
         v1.payer = payer.map(str::to_owned);
-        let header = codec::encode(&v2).ok()?;
-        let body = serde_json::to_vec(&v1).ok()?;
+        let header = HeaderValue::try_from(codec::encode(&v2).ok()?).ok()?;
+        let body = Bytes::from(serde_json::to_vec(&v1).ok()?);
+        let mut headers = HeaderMap::with_capacity(5);
+        headers.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, EXPOSE_HEADERS);
+        headers.insert(header::CACHE_CONTROL, NO_STORE);
+        headers.insert(codec::PAYMENT_REQUIRED, header.clone());
+        headers.insert(header::CONTENT_TYPE, APPLICATION_JSON);
+        // Known now: servers that would add it to a copy of this map (axum
+        // does) need not grow the copy.
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
         Some(EncodedChallenge {
-            header: HeaderValue::try_from(header).ok()?,
-            body: Bytes::from(body),
+            header,
+            body,
+            headers,
         })
     }
 }
+
+const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
+const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
 
 fn base(status: StatusCode) -> http::response::Builder {
     Response::builder()
         .status(status)
         .header(header::ACCESS_CONTROL_EXPOSE_HEADERS, EXPOSE_HEADERS)
-        .header(header::CACHE_CONTROL, "no-store")
+        .header(header::CACHE_CONTROL, NO_STORE)
 }
 
 fn json_error(status: StatusCode, reason: &str) -> EngineResponse {
     let body = serde_json::json!({ "error": reason }).to_string();
     base(status)
-        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CONTENT_TYPE, APPLICATION_JSON)
         .body(Bytes::from(body))
         .unwrap_or_else(|_| fallback())
 }
@@ -160,11 +175,10 @@ fn fallback() -> EngineResponse {
 
 /// A 402 challenge with a pre-encoded header and body.
 pub(crate) fn challenge_response(encoded: &EncodedChallenge) -> EngineResponse {
-    base(StatusCode::PAYMENT_REQUIRED)
-        .header(codec::PAYMENT_REQUIRED, encoded.header.clone())
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(encoded.body.clone())
-        .unwrap_or_else(|_| fallback())
+    let mut response = Response::new(encoded.body.clone());
+    *response.status_mut() = StatusCode::PAYMENT_REQUIRED;
+    *response.headers_mut() = encoded.headers.clone();
+    response
 }
 
 /// The HTML paywall for browsers, still a 402 with the v2 header.

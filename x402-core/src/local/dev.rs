@@ -1,15 +1,16 @@
 //! The in-memory dev ledger.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     sync::{Mutex, MutexGuard},
+    time::{SystemTime, UNIX_EPOCH},
 };
 
 use alloy_primitives::{address, keccak256, Address, B256, U256};
 use async_trait::async_trait;
 
 use super::{reason, Ledger, LedgerError, LedgerState, Permit2Transfer, Transfer, TransferOutcome};
-use crate::{money::AtomicAmount, network};
+use crate::{money::AtomicAmount, network, swept::SweptMap};
 
 /// The address the dev ledger reports as its signer in `/supported`. It holds
 /// no key: the dev ledger signs nothing.
@@ -25,10 +26,11 @@ type Permit2NonceKey = (String, Address, U256);
 #[derive(Debug, Default)]
 struct State {
     balances: HashMap<BalanceKey, U256>,
-    /// EIP-3009 nonces, per token.
-    used: HashSet<NonceKey>,
-    /// Permit2 nonces, per owner (kept apart from EIP-3009's).
-    permit2_used: HashSet<Permit2NonceKey>,
+    /// EIP-3009 nonces, per token, with their authorization's `validBefore`.
+    used: SweptMap<NonceKey, u64>,
+    /// Permit2 nonces, per owner (kept apart from EIP-3009's), with their
+    /// permit's `deadline`.
+    permit2_used: SweptMap<Permit2NonceKey, u64>,
 }
 
 /// A ledger in memory, for offline development and tests: token balances,
@@ -49,6 +51,10 @@ struct State {
 /// Nonce and balance updates happen under one lock: of concurrent settlements
 /// of one authorization, exactly one succeeds.
 ///
+/// Like a chain, it keeps every used nonce for its whole life, unless it was
+/// built with [`forget_expired_nonces`](Self::forget_expired_nonces), as a
+/// long-running dev server's should be.
+///
 /// ```
 /// use alloy_primitives::address;
 /// use x402_core::local::DevLedger;
@@ -65,6 +71,8 @@ struct State {
 #[derive(Debug, Default)]
 pub struct DevLedger {
     state: Mutex<State>,
+    /// Whether expiry is checked and expired nonces forgotten.
+    expiring: bool,
 }
 
 /// Why the dev ledger refused a request.
@@ -104,6 +112,30 @@ impl DevLedger {
     /// An empty ledger.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Refuses, at settlement, an EIP-3009 authorization whose
+    /// `validBefore` has passed ([`reason::VALID_BEFORE`]) and a Permit2
+    /// permit whose `deadline` has ([`reason::PERMIT2_DEADLINE_EXPIRED`]),
+    /// by the system clock, as the token contract and Permit2 do by the
+    /// block's time; and, since an expired authorization can never settle
+    /// again, forgets its used nonce once it has expired (at most a minute
+    /// later, as the ledger grows). A long-running server's ledger then
+    /// holds only the nonces of authorizations that are still valid.
+    ///
+    /// Without it, every used nonce is kept for the ledger's life and no
+    /// clock is read: settling depends on the facilitator's checks alone, so
+    /// tests may drive the facilitator with a clock of their own.
+    ///
+    /// ```
+    /// use x402_core::local::DevLedger;
+    ///
+    /// let ledger = DevLedger::new().forget_expired_nonces();
+    /// # drop(ledger);
+    /// ```
+    pub fn forget_expired_nonces(mut self) -> Self {
+        self.expiring = true;
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -147,7 +179,9 @@ impl DevLedger {
         let Ok(network) = dev_network(network) else {
             return false;
         };
-        self.lock().used.contains(&(network, asset, from, nonce))
+        self.lock()
+            .used
+            .contains_key(&(network, asset, from, nonce))
     }
 
     /// Whether `owner` has spent the Permit2 `nonce` on `network`.
@@ -155,7 +189,9 @@ impl DevLedger {
         let Ok(network) = dev_network(network) else {
             return false;
         };
-        self.lock().permit2_used.contains(&(network, owner, nonce))
+        self.lock()
+            .permit2_used
+            .contains_key(&(network, owner, nonce))
     }
 
     /// The id the dev ledger returns for a settled Permit2 transfer: `0x` and
@@ -200,6 +236,12 @@ impl DevLedger {
     }
 }
 
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 fn unsupported(network: &str, e: &DevLedgerError) -> LedgerError {
     LedgerError::UnsupportedNetwork {
         network: network.to_owned(),
@@ -224,7 +266,7 @@ impl Ledger for DevLedger {
         let state = self.lock();
         let nonce_used = state
             .used
-            .contains(&(network.clone(), t.asset, t.from(), t.nonce()));
+            .contains_key(&(network.clone(), t.asset, t.from(), t.nonce()));
         let balance = state
             .balances
             .get(&(network, t.asset, t.from()))
@@ -240,8 +282,15 @@ impl Ledger for DevLedger {
         let from_key = (network.clone(), t.asset, from);
         let to_key = (network.clone(), t.asset, to);
 
+        // Valid while `now < validBefore`, as in EIP-3009.
+        let valid_before = t.payload.authorization.valid_before.saturating_to::<u64>();
+        let now = unix_now();
+        if self.expiring && valid_before <= now {
+            return Ok(TransferOutcome::refused(reason::VALID_BEFORE));
+        }
+
         let mut state = self.lock();
-        if state.used.contains(&nonce_key) {
+        if state.used.contains_key(&nonce_key) {
             return Ok(TransferOutcome::refused(reason::NONCE_USED));
         }
         let from_balance = state.balances.get(&from_key).copied().unwrap_or_default();
@@ -260,7 +309,10 @@ impl Ledger for DevLedger {
             state.balances.insert(from_key, from_after);
             state.balances.insert(to_key, to_after);
         }
-        state.used.insert(nonce_key);
+        if self.expiring {
+            state.used.make_room(now, |&until| until > now);
+        }
+        state.used.insert(nonce_key, valid_before);
         drop(state);
         Ok(TransferOutcome::Settled {
             transaction: Self::transaction_id(&network, t.asset, from, t.nonce()),
@@ -276,7 +328,7 @@ impl Ledger for DevLedger {
         let state = self.lock();
         let nonce_used = state
             .permit2_used
-            .contains(&(network.clone(), t.from(), t.nonce()));
+            .contains_key(&(network.clone(), t.from(), t.nonce()));
         let balance = state
             .balances
             .get(&(network, t.token(), t.from()))
@@ -305,8 +357,19 @@ impl Ledger for DevLedger {
         let from_key = (network.clone(), token, from);
         let to_key = (network.clone(), token, to);
 
+        // Valid while `now <= deadline`, as in Permit2.
+        let deadline = t
+            .payload
+            .permit2_authorization
+            .deadline
+            .saturating_to::<u64>();
+        let now = unix_now();
+        if self.expiring && deadline < now {
+            return Ok(TransferOutcome::refused(reason::PERMIT2_DEADLINE_EXPIRED));
+        }
+
         let mut state = self.lock();
-        if state.permit2_used.contains(&nonce_key) {
+        if state.permit2_used.contains_key(&nonce_key) {
             return Ok(TransferOutcome::refused(reason::PERMIT2_INVALID_NONCE));
         }
         let from_balance = state.balances.get(&from_key).copied().unwrap_or_default();
@@ -332,10 +395,126 @@ impl Ledger for DevLedger {
             state.balances.insert(from_key, from_after);
             state.balances.insert(to_key, to_after);
         }
-        state.permit2_used.insert(nonce_key);
+        if self.expiring {
+            state.permit2_used.make_room(now, |&until| until >= now);
+        }
+        state.permit2_used.insert(nonce_key, deadline);
         drop(state);
         Ok(TransferOutcome::Settled {
             transaction: Self::permit2_transaction_id(&network, from, t.nonce()),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use alloy_primitives::Bytes;
+
+    use super::*;
+    use crate::evm::{Eip3009Authorization, ExactEvmPayload};
+
+    const NETWORK: &str = "eip155:84532";
+    const TOKEN: Address = address!("036CbD53842c5426634e7929541eC2318f3dCF7e");
+    const PAYER: Address = address!("857b06519E91e3A54538791bDbb0E22373e36b66");
+    const SELLER: Address = address!("209693Bc6afc0C5328bA36FaF03C514EF312287C");
+
+    /// An authorization of 1 unit with nonce `n`, valid until `valid_before`
+    /// (the ledger checks no signature: the facilitator does).
+    fn payload(n: u64, valid_before: u64) -> ExactEvmPayload {
+        ExactEvmPayload {
+            signature: Bytes::from(vec![0u8; 65]),
+            authorization: Eip3009Authorization {
+                from: PAYER,
+                to: SELLER,
+                value: AtomicAmount::from(1u64),
+                valid_after: U256::ZERO,
+                valid_before: U256::from(valid_before),
+                nonce: B256::from(U256::from(n)),
+            },
+        }
+    }
+
+    async fn settle(ledger: &DevLedger, payload: &ExactEvmPayload) -> TransferOutcome {
+        let t = Transfer {
+            network: NETWORK,
+            chain_id: 84532,
+            asset: TOKEN,
+            payload,
+        };
+        ledger.transfer(&t).await.unwrap()
+    }
+
+    fn refused_for(outcome: &TransferOutcome) -> Option<&str> {
+        match outcome {
+            TransferOutcome::Refused { reason, .. } => Some(reason),
+            TransferOutcome::Settled { .. } => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn by_default_nonces_are_kept_and_no_clock_is_read() {
+        let ledger = DevLedger::new();
+        ledger.fund(NETWORK, TOKEN, PAYER, 10u64).unwrap();
+        // Long expired by the system clock: the ledger leaves that to the
+        // facilitator (whose clock tests may set).
+        let old = payload(1, 1_740_672_154);
+        assert_eq!(refused_for(&settle(&ledger, &old).await), None);
+        assert_eq!(
+            refused_for(&settle(&ledger, &old).await),
+            Some(reason::NONCE_USED)
+        );
+        assert!(ledger.nonce_used(NETWORK, TOKEN, PAYER, old.authorization.nonce));
+    }
+
+    #[tokio::test]
+    async fn forgets_nonces_only_of_authorizations_that_can_no_longer_settle() {
+        let ledger = DevLedger::new().forget_expired_nonces();
+        ledger.fund(NETWORK, TOKEN, PAYER, 10_000u64).unwrap();
+
+        let expired = payload(0, unix_now() - 1);
+        assert_eq!(
+            refused_for(&settle(&ledger, &expired).await),
+            Some(reason::VALID_BEFORE)
+        );
+
+        // Short-lived nonces and one long-lived one: as many as the ledger
+        // holds before its first sweep.
+        let soon = unix_now() + 2;
+        let short: Vec<_> = (1..crate::swept::MIN_SWEEP_LEN as u64)
+            .map(|n| payload(n, soon))
+            .collect();
+        for p in &short {
+            assert_eq!(refused_for(&settle(&ledger, p).await), None);
+        }
+        let long = payload(1_000_000, unix_now() + 3600);
+        assert_eq!(refused_for(&settle(&ledger, &long).await), None);
+        // Still valid: a replay is refused for its nonce.
+        assert_eq!(
+            refused_for(&settle(&ledger, &short[0]).await),
+            Some(reason::NONCE_USED)
+        );
+
+        while unix_now() < soon {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        // Expired: refused for its expiry, whether or not its nonce is kept.
+        assert_eq!(
+            refused_for(&settle(&ledger, &short[0]).await),
+            Some(reason::VALID_BEFORE)
+        );
+        // The next new nonce sweeps the expired ones; the live one stays.
+        let next = payload(2_000_000, unix_now() + 3600);
+        assert_eq!(refused_for(&settle(&ledger, &next).await), None);
+        assert_eq!(ledger.lock().used.len(), 2);
+        assert!(!ledger.nonce_used(NETWORK, TOKEN, PAYER, short[0].authorization.nonce));
+        assert!(ledger.nonce_used(NETWORK, TOKEN, PAYER, long.authorization.nonce));
+        assert_eq!(
+            refused_for(&settle(&ledger, &long).await),
+            Some(reason::NONCE_USED)
+        );
+        assert_eq!(
+            ledger.balance(NETWORK, TOKEN, SELLER),
+            U256::from(short.len() + 2)
+        );
     }
 }

@@ -133,7 +133,7 @@ struct Sessions {
 impl Sessions {
     fn open(&mut self, token: TokenHash, record: SessionRecord, now: u64) {
         if !self.map.contains_key(&token) {
-            self.map.make_room(|state| state.expires_at > now);
+            self.map.make_room(now, |state| state.expires_at > now);
         }
         let SessionRecord {
             scope,
@@ -179,7 +179,7 @@ impl Sessions {
 
     /// Drops expired sessions.
     fn sweep(&mut self, now: u64) {
-        self.map.sweep(|state| state.expires_at > now);
+        self.map.sweep(now, |state| state.expires_at > now);
     }
 }
 

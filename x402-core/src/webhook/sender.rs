@@ -526,6 +526,10 @@ impl WebhookHooks {
 
 #[async_trait]
 impl PaymentHooks for WebhookHooks {
+    fn inspects_requests(&self) -> bool {
+        false
+    }
+
     async fn after_settle(&self, ctx: &PaymentContext<'_>, receipt: &SettleResponse) {
         let event_type = if receipt.success {
             EventType::PaymentSettled

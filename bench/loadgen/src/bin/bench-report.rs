@@ -99,6 +99,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     target("challenge-402", 0.85, "402 challenge path")?;
     target("session-redis", 0.5, "session redemption on Redis")?;
+    for (path, floor, what) in [
+        (
+            "challenge-402",
+            "challenge-floor",
+            "402 path against its floor (the same 402 bytes from a bare handler)",
+        ),
+        (
+            "session-redis",
+            "session-floor",
+            "session path against its floor (one Redis redemption from a bare handler)",
+        ),
+    ] {
+        if let (Some(c), Some(fl)) = (by(path), by(floor)) {
+            writeln!(
+                out,
+                "  {what}: throughput {:.2}, CPU per request {:.2}; the floor itself: {:.2} of the baseline",
+                f(c, "rps") / f(fl, "rps"),
+                f(fl, "server_cpu_us_per_req") / f(c, "server_cpu_us_per_req"),
+                f(fl, "rps") / base_rps,
+            )?;
+        }
+    }
     if let Some(v) = by("paid-memory") {
         writeln!(
             out,
@@ -132,17 +154,44 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(|(t, kb)| format!("{t:.0}: {:.1}", kb / 1024.0))
             .collect();
         writeln!(out, "  {}", line.join("  "))?;
+        let rate = f(v, "requests") / f(v, "elapsed_s").max(1.0);
+        let growth = |from: &(f64, f64), to: &(f64, f64)| {
+            let kb = to.1 - from.1;
+            let served = rate * (to.0 - from.0);
+            (kb / 1024.0, kb * 1024.0 / served.max(1.0))
+        };
         if let (Some(first), Some(last)) = (samples.get(1).or(samples.first()), samples.last()) {
-            let growth = last.1 - first.1;
-            let per_req = growth * 1024.0 / f(v, "requests").max(1.0);
+            let (mb, per_req) = growth(first, last);
             writeln!(
                 out,
-                "  from {:.0} s to the end: {:+.1} MB ({:.0} bytes per request served); peak {:.1} MB",
+                "  from {:.0} s to the end: {mb:+.1} MB ({per_req:.0} bytes per request served); peak {:.1} MB",
                 first.0,
-                growth / 1024.0,
-                per_req,
                 f(v, "server_hwm_kb") / 1024.0
             )?;
+        }
+        // Claims are kept 900 s and swept within a minute after: from then
+        // on, each request's state replaces an expired one's.
+        const STEADY_FROM_S: f64 = 900.0 + 60.0 + 40.0;
+        match (
+            samples.iter().find(|(t, _)| *t >= STEADY_FROM_S),
+            samples.last(),
+        ) {
+            (Some(first), Some(last)) if last.0 - first.0 >= 120.0 => {
+                let (mb, per_req) = growth(first, last);
+                writeln!(
+                    out,
+                    "  once claims expire (from {:.0} s, {:.0} s of samples): {mb:+.1} MB ({per_req:.1} bytes \
+                     per request): {}",
+                    first.0,
+                    last.0 - first.0,
+                    if per_req.abs() < 16.0 { "FLAT" } else { "GROWING" }
+                )?;
+            }
+            _ => writeln!(
+                out,
+                "  claims are kept at least 900 s, so none expired in this run: the growth is \
+                 the live claims'. Run MEM_DURATION=1500 (or more) to see memory once they expire."
+            )?,
         }
     }
     print!("{out}");

@@ -6,16 +6,46 @@
 //!   before it listens.
 //! - `baseline`: the same routes' handler body (the JSON `paid-api` answers a
 //!   paid call with) on a bare axum router: no paywall layer at all.
+//! - `challenge-floor`: paid-api's 402 for `GET /exact/evm/eip3009` (status,
+//!   headers and body, asked of the app in-process once, for this server's
+//!   address), answered by a bare handler as a pre-built response: what any
+//!   402 of those bytes costs to serve, with no engine behind it.
+//! - `session-floor`: `GET /session/demo` answers the paid handler's body
+//!   after one session redemption in Redis (`RedisSessionStore::redeem` on
+//!   one of 64 sessions opened at start, at `REDIS_URL`), with the remaining
+//!   count in `X-PAYMENT-SESSION-REMAINING`: the round trip every redeemed
+//!   call needs, with no engine behind it.
 //!
 //! Binds `HOST`:`PORT` (default 127.0.0.1:0) and prints
 //! `listening on http://ADDR` once bound. Stops on SIGTERM or ctrl-c.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-use std::{io::Write as _, net::SocketAddr};
+use std::{
+    io::Write as _,
+    net::SocketAddr,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::{SystemTime, UNIX_EPOCH},
+};
 
-use axum::{routing::get, Json, Router};
+use axum::{
+    body::Body,
+    response::{IntoResponse, Response},
+    routing::get,
+    Json, Router,
+};
+use bytes::Bytes;
+use http::{header::HOST, HeaderMap, Request, StatusCode};
+use http_body_util::BodyExt;
 use serde_json::{json, Value};
+use tower::ServiceExt;
+use x402_core::session::{
+    Redemption, RedisSessionStore, SessionRecord, SessionStore, SessionToken,
+    X_PAYMENT_SESSION_REMAINING,
+};
 use x402_loadgen::{env_or, payer, LISTENING};
 
 async fn paid_body() -> Json<Value> {
@@ -44,6 +74,20 @@ async fn stop() {
     }
 }
 
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A response of `status`, `headers` and `body`, as given.
+fn canned(status: StatusCode, headers: HeaderMap, body: Bytes) -> Response {
+    let mut response = Body::from(body).into_response();
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
+}
+
 fn announce(addr: SocketAddr) -> std::io::Result<()> {
     let mut out = std::io::stdout();
     writeln!(out, "{LISTENING}{addr}")?;
@@ -68,6 +112,70 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .with_graceful_shutdown(stop())
                 .await?;
         }
+        "challenge-floor" => {
+            let path = "/exact/evm/eip3009";
+            let config = paid_api::Config::from_env()?;
+            let (router, _state) = paid_api::app(config).await?;
+            let request = Request::get(path)
+                .header(HOST, addr.to_string())
+                .body(Body::empty())?;
+            let (parts, body) = router.oneshot(request).await?.into_parts();
+            let body = body.collect().await?.to_bytes();
+            if parts.status != StatusCode::PAYMENT_REQUIRED {
+                return Err(format!("paid-api answered {} to an unpaid GET", parts.status).into());
+            }
+            let (status, headers) = (parts.status, parts.headers);
+            let router = Router::new().route(
+                path,
+                get(move || {
+                    let response = canned(status, headers.clone(), body.clone());
+                    async move { response }
+                }),
+            );
+            announce(addr)?;
+            axum::serve(listener, router)
+                .with_graceful_shutdown(stop())
+                .await?;
+        }
+        "session-floor" => {
+            let url = std::env::var("REDIS_URL").map_err(|_| "session-floor needs REDIS_URL")?;
+            let store = Arc::new(RedisSessionStore::connect(&url).await?);
+            let now = unix_now();
+            let mut tokens = Vec::new();
+            for _ in 0..64 {
+                let token = SessionToken::generate().hash();
+                let record = SessionRecord {
+                    scope: "demo".into(),
+                    remaining: 1_000_000_000,
+                    expires_at: now + 3600,
+                };
+                store.open(&token, record).await?;
+                tokens.push(token);
+            }
+            let tokens = Arc::new(tokens);
+            let next = Arc::new(AtomicUsize::new(0));
+            let router = Router::new().route(
+                "/session/demo",
+                get(move || {
+                    let (store, tokens, next) = (store.clone(), tokens.clone(), next.clone());
+                    async move {
+                        let token = &tokens[next.fetch_add(1, Ordering::Relaxed) % tokens.len()];
+                        match store.redeem(token, "demo", unix_now()).await {
+                            Ok(Redemption::Redeemed { remaining }) => (
+                                [(X_PAYMENT_SESSION_REMAINING, remaining.to_string())],
+                                paid_body().await,
+                            )
+                                .into_response(),
+                            _ => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                        }
+                    }
+                }),
+            );
+            announce(addr)?;
+            axum::serve(listener, router)
+                .with_graceful_shutdown(stop())
+                .await?;
+        }
         "paid-api" => {
             // paid-api reads PORT/HOST too; the listener is already bound.
             let config = paid_api::Config::from_env()?;
@@ -86,7 +194,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             paid_api::serve(listener, router, state).await?;
         }
         other => {
-            return Err(format!("usage: bench-server baseline|paid-api (got {other:?})").into());
+            return Err(format!(
+                "usage: bench-server baseline|challenge-floor|session-floor|paid-api (got {other:?})"
+            )
+            .into());
         }
     }
     Ok(())

@@ -5,6 +5,7 @@
 //! loadgen --addr 127.0.0.1:PORT --path /exact/evm/eip3009 --mode MODE
 //!         [--duration 10] [--connections 32] [--max-requests N] [--rate R]
 //!         [--payers 64] [--seed 402] [--sessions 400] [--expect 200]
+//!         [--valid-for SECS]
 //!         [--label NAME] [--server-pid PID [--sample-every SECS]]
 //!
 //! With `--server-pid`, the server's CPU time over the timed phase (from
@@ -17,6 +18,9 @@
 //! - `paid`: every request carries a fresh `PAYMENT-SIGNATURE`. Set-up reads
 //!   the route's 402 challenge and pre-signs `--max-requests` EIP-3009
 //!   authorizations (payers derived from `--seed`, as the server funds them);
+//!   with `--valid-for SECS`, each is signed instead as it is sent, valid
+//!   for that many seconds from then (as a real buyer's would be), so that
+//!   the server's state for it can expire during a long run;
 //! - `session`: set-up buys `--sessions` prepaid sessions (each a paid
 //!   request for the session offer in the challenge's `extensions.session`),
 //!   then every request redeems one call with `X-PAYMENT-SESSION`.
@@ -73,6 +77,7 @@ struct Args {
     expect: u16,
     server_pid: Option<u32>,
     sample_every: f64,
+    valid_for: u64,
 }
 
 fn parse_args() -> Result<Args, Error> {
@@ -107,6 +112,7 @@ fn parse_args() -> Result<Args, Error> {
         expect: get("expect", "200").parse()?,
         server_pid: map.get("server-pid").map(|v| v.parse()).transpose()?,
         sample_every: get("sample-every", "0").parse()?,
+        valid_for: get("valid-for", "0").parse()?,
     })
 }
 
@@ -162,6 +168,68 @@ async fn challenge(args: &Args, host: &HeaderValue) -> Result<v2::PaymentRequire
     )?)
 }
 
+/// Signs EIP-3009 payments for one requirement, round-robin over the payers.
+struct Signer {
+    keys: Vec<alloy_signer_local::PrivateKeySigner>,
+    domain: alloy_sol_types::Eip712Domain,
+    resource: v2::ResourceInfo,
+    req: v2::PaymentRequirements,
+    pay_to: Address,
+}
+
+impl Signer {
+    fn new(
+        args: &Args,
+        resource: &v2::ResourceInfo,
+        req: &v2::PaymentRequirements,
+    ) -> Result<Self, Error> {
+        let chain_id = network::evm_chain_id(&req.network).ok_or("not an EVM network")?;
+        let extra = |k: &str| req.extra.get(k).and_then(Value::as_str).unwrap_or("");
+        let asset: Address = req.asset.parse()?;
+        Ok(Self {
+            keys: (0..args.payers).map(|i| payer(args.seed, i)).collect(),
+            domain: eip3009_domain(extra("name"), extra("version"), chain_id, asset),
+            resource: resource.clone(),
+            req: req.clone(),
+            pay_to: req.pay_to.parse()?,
+        })
+    }
+
+    /// The `i`th payment, valid from `valid_after` until `valid_before`,
+    /// with a random nonce.
+    fn sign(&self, i: usize, valid_after: u64, valid_before: u64) -> Result<HeaderValue, Error> {
+        let key = &self.keys[i % self.keys.len()];
+        let authorization = Eip3009Authorization {
+            from: key.address(),
+            to: self.pay_to,
+            value: self.req.amount,
+            valid_after: U256::from(valid_after),
+            valid_before: U256::from(valid_before),
+            nonce: rand::random::<[u8; 32]>().into(),
+        };
+        let signature = key.sign_hash_sync(&authorization.signing_hash(&self.domain))?;
+        let payload = ExactEvmPayload {
+            signature: signature.as_bytes().to_vec().into(),
+            authorization,
+        };
+        let payment = v2::PaymentPayload {
+            x402_version: Version::<2>,
+            resource: Some(self.resource.clone()),
+            accepted: self.req.clone(),
+            payload: serde_json::to_value(&payload)?,
+            extensions: None,
+            other: Map::new(),
+        };
+        Ok(HeaderValue::try_from(codec::encode(&payment)?)?)
+    }
+
+    /// The `i`th payment, signed now, valid for `secs` from now.
+    fn sign_now(&self, i: usize, secs: u64) -> Result<HeaderValue, Error> {
+        let now = unix_now();
+        self.sign(i, now.saturating_sub(600), now + secs)
+    }
+}
+
 /// Signs `count` fresh EIP-3009 payments for `req`, on every core.
 fn presign(
     args: &Args,
@@ -169,55 +237,20 @@ fn presign(
     req: &v2::PaymentRequirements,
     count: usize,
 ) -> Result<Vec<HeaderValue>, Error> {
-    let chain_id = network::evm_chain_id(&req.network).ok_or("not an EVM network")?;
-    let name = req.extra.get("name").and_then(Value::as_str).unwrap_or("");
-    let version = req
-        .extra
-        .get("version")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let asset: Address = req.asset.parse()?;
-    let pay_to: Address = req.pay_to.parse()?;
-    let domain = eip3009_domain(name, version, chain_id, asset);
+    let signer = Signer::new(args, resource, req)?;
     let now = unix_now();
     // Valid from ten minutes ago until the claim horizon, so that pre-signed
     // payments stay valid for any run length up to 15 minutes.
     let (valid_after, valid_before) = (now.saturating_sub(600), now + 900);
-    let keys: Vec<_> = (0..args.payers).map(|i| payer(args.seed, i)).collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let chunk = count.div_ceil(threads).max(1);
-    let sign_one = |i: usize| -> Result<HeaderValue, Error> {
-        let key = &keys[i % keys.len()];
-        let authorization = Eip3009Authorization {
-            from: key.address(),
-            to: pay_to,
-            value: req.amount,
-            valid_after: U256::from(valid_after),
-            valid_before: U256::from(valid_before),
-            nonce: rand::random::<[u8; 32]>().into(),
-        };
-        let signature = key.sign_hash_sync(&authorization.signing_hash(&domain))?;
-        let payload = ExactEvmPayload {
-            signature: signature.as_bytes().to_vec().into(),
-            authorization,
-        };
-        let payment = v2::PaymentPayload {
-            x402_version: Version::<2>,
-            resource: Some(resource.clone()),
-            accepted: req.clone(),
-            payload: serde_json::to_value(&payload)?,
-            extensions: None,
-            other: Map::new(),
-        };
-        Ok(HeaderValue::try_from(codec::encode(&payment)?)?)
-    };
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let sign_one = &sign_one;
+                let signer = &signer;
                 s.spawn(move || {
                     (t * chunk..((t + 1) * chunk).min(count))
-                        .map(sign_one)
+                        .map(|i| signer.sign(i, valid_after, valid_before))
                         .collect::<Result<Vec<_>, _>>()
                 })
             })
@@ -237,6 +270,11 @@ static SESSION: HeaderName = X_PAYMENT_SESSION;
 enum Work {
     Plain,
     Paid(Vec<HeaderValue>),
+    /// Payments signed as they are sent, valid for `secs`.
+    PaidLive {
+        signer: Box<Signer>,
+        secs: u64,
+    },
     /// Session tokens, each good for `calls` redemptions.
     Session {
         tokens: Vec<HeaderValue>,
@@ -249,16 +287,20 @@ impl Work {
         match self {
             Self::Plain => usize::MAX,
             Self::Paid(h) => h.len(),
+            Self::PaidLive { .. } => usize::MAX,
             Self::Session { tokens, calls } => tokens.len() * calls,
         }
     }
 
-    fn header(&self, i: usize) -> Option<(&HeaderName, &HeaderValue)> {
-        match self {
+    fn header(&self, i: usize) -> Result<Option<(&'static HeaderName, HeaderValue)>, Error> {
+        Ok(match self {
             Self::Plain => None,
-            Self::Paid(h) => h.get(i).map(|v| (&PAYMENT_SIGNATURE, v)),
-            Self::Session { tokens, calls } => tokens.get(i / calls).map(|v| (&SESSION, v)),
-        }
+            Self::Paid(h) => h.get(i).map(|v| (&PAYMENT_SIGNATURE, v.clone())),
+            Self::PaidLive { signer, secs } => {
+                Some((&PAYMENT_SIGNATURE, signer.sign_now(i, *secs)?))
+            }
+            Self::Session { tokens, calls } => tokens.get(i / calls).map(|v| (&SESSION, v.clone())),
+        })
     }
 }
 
@@ -400,10 +442,14 @@ async fn worker(
             }
         }
         let Some(s) = sender.as_mut() else { continue };
+        let Ok(header) = work.header(i) else {
+            tally.errors += 1;
+            continue;
+        };
         let sent = Instant::now();
         let answer = tokio::time::timeout(
             Duration::from_secs(10),
-            get(s, &host, &args.path, work.header(i)),
+            get(s, &host, &args.path, header.as_ref().map(|(k, v)| (*k, v))),
         )
         .await;
         let took = sent.elapsed();
@@ -439,7 +485,14 @@ async fn run(args: Args) -> Result<Value, Error> {
         "paid" => {
             let challenge = challenge(&args, &host).await?;
             let req = challenge.accepts.first().ok_or("empty challenge")?;
-            Work::Paid(presign(&args, &challenge.resource, req, args.max_requests)?)
+            if args.valid_for > 0 {
+                Work::PaidLive {
+                    signer: Box::new(Signer::new(&args, &challenge.resource, req)?),
+                    secs: args.valid_for,
+                }
+            } else {
+                Work::Paid(presign(&args, &challenge.resource, req, args.max_requests)?)
+            }
         }
         "session" => {
             let (tokens, calls) = buy_sessions(&args, &host, args.sessions).await?;
