@@ -3,7 +3,7 @@
 //! **Sending.** [`Webhooks`] turns settlement outcomes into events
 //! (`payment.settled`, `payment.settlement_failed`,
 //! `payment.settlement_unknown`; `session.opened` for prepaid sessions),
-//! writes them to an [outbox](outbox) and delivers them from a background
+//! writes them to an [outbox] and delivers them from a background
 //! worker: the paid request never waits for, nor fails because of, the
 //! receiver. Delivery is at-least-once with exponential backoff and jitter
 //! ([`RetryPolicy`]); messages that exhaust their attempts are kept as
