@@ -22,6 +22,7 @@ pub mod route;
 pub mod session;
 pub mod svm;
 mod swept;
+mod unix;
 #[cfg(feature = "webhooks")]
 #[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
 pub mod webhook;

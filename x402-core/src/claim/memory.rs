@@ -9,6 +9,7 @@ use async_trait::async_trait;
 
 use super::{ClaimStore, ClaimStoreError, Claimed};
 use crate::swept::SweptMap;
+use crate::unix::secs as unix_secs;
 
 /// Replay claims in this process's memory: the default store.
 ///
@@ -105,11 +106,6 @@ impl Claims {
     fn sweep(&mut self, now: SystemTime) {
         self.map.sweep(unix_secs(now), |until| *until > now);
     }
-}
-
-fn unix_secs(t: SystemTime) -> u64 {
-    t.duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 #[cfg(test)]

@@ -45,17 +45,14 @@
 //! # Ok(()) }
 //! ```
 
-use std::{
-    fmt,
-    sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::{fmt, sync::Arc, time::Duration};
 
 use http::{HeaderMap, HeaderValue, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::OnceCell;
 use tracing::Instrument;
 
+use crate::unix::now as unix_now;
 use crate::{
     claim::ReplayGuard,
     codec,
@@ -683,13 +680,6 @@ impl fmt::Display for RequestUrl<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}://{}{}", self.scheme, self.authority, self.path)
     }
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default()
 }
 
 /// The requirement a payment matched.

@@ -3,13 +3,13 @@
 use std::{
     collections::HashMap,
     sync::{Mutex, MutexGuard},
-    time::{SystemTime, UNIX_EPOCH},
 };
 
 use alloy_primitives::{address, keccak256, Address, B256, U256};
 use async_trait::async_trait;
 
 use super::{reason, Ledger, LedgerError, LedgerState, Permit2Transfer, Transfer, TransferOutcome};
+use crate::unix::now as unix_now;
 use crate::{money::AtomicAmount, network, swept::SweptMap};
 
 /// The address the dev ledger reports as its signer in `/supported`. It holds
@@ -234,12 +234,6 @@ impl DevLedger {
         material.extend_from_slice(nonce.as_slice());
         format!("{:#x}", keccak256(&material))
     }
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 fn unsupported(network: &str, e: &DevLedgerError) -> LedgerError {

@@ -1,14 +1,12 @@
 //! Sessions in this process's memory.
 
-use std::{
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
-    time::SystemTime,
-};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 
 use super::{Redemption, SessionRecord, SessionStore, SessionStoreError, TokenHash};
 use crate::swept::SweptMap;
+use crate::unix::now as unix_now;
 
 /// Sessions in this process's memory: the default store.
 ///
@@ -106,13 +104,6 @@ impl SessionStore for MemorySessionStore {
         self.lock().give_back(token, unix_now());
         Ok(())
     }
-}
-
-/// The current time in unix seconds (0 if the clock is before 1970).
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// One session.

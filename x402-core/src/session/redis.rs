@@ -3,7 +3,7 @@
 use std::{
     fmt,
     sync::{Arc, OnceLock},
-    time::{Duration, SystemTime},
+    time::Duration,
 };
 
 use ::redis::{
@@ -13,6 +13,7 @@ use ::redis::{
 use async_trait::async_trait;
 
 use super::{Redemption, SessionRecord, SessionStore, SessionStoreError, TokenHash};
+use crate::unix::now as unix_now;
 
 /// The default key prefix.
 const DEFAULT_PREFIX: &str = "x402:session:";
@@ -151,13 +152,6 @@ fn backend(error: RedisError) -> SessionStoreError {
     } else {
         SessionStoreError::Backend(Box::new(error))
     }
-}
-
-/// The current time in unix seconds (0 if the clock is before 1970).
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// The script's answer to a redemption.

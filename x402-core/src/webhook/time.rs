@@ -2,10 +2,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Seconds since the Unix epoch, now.
-pub(crate) fn unix_now() -> u64 {
-    since_epoch(SystemTime::now()).as_secs()
-}
+pub(crate) use crate::unix::now as unix_now;
 
 /// Milliseconds since the Unix epoch, now.
 #[cfg(feature = "redis")]

@@ -1,0 +1,14 @@
+//! Unix time in whole seconds, as the stores, the dev ledger and the wire
+//! fields (`validBefore`, `deadline`) count it.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Seconds from the Unix epoch to `t` (0 for a time before 1970).
+pub(crate) fn secs(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Seconds since the Unix epoch, now.
+pub(crate) fn now() -> u64 {
+    secs(SystemTime::now())
+}
