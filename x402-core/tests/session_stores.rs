@@ -342,12 +342,17 @@ session_store_conformance!(redis_store, redis::three_instances());
 // ---------------------------------------------------------------------------
 
 #[cfg(feature = "redis")]
+#[path = "common/redis_server.rs"]
+mod redis_server;
+
+#[cfg(feature = "redis")]
 mod redis {
     use std::sync::OnceLock;
 
     use ::redis::AsyncCommands;
     use x402_core::session::RedisSessionStore;
 
+    use super::redis_server::{free_port, RedisServer};
     use super::*;
 
     fn url() -> String {
@@ -440,5 +445,213 @@ mod redis {
             .await
             .is_err());
         assert!(RedisSessionStore::connect("not a url").await.is_err());
+    }
+
+    async fn connection_to(url: &str) -> ::redis::aio::MultiplexedConnection {
+        ::redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
+    /// Script calls (`EVALSHA`) the server has run since it started.
+    async fn script_calls(redis: &mut ::redis::aio::MultiplexedConnection) -> u64 {
+        let info: String = ::redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(redis)
+            .await
+            .unwrap();
+        info.lines()
+            .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+            .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+    }
+
+    async fn remaining(redis: &mut ::redis::aio::MultiplexedConnection, token: &TokenHash) -> u64 {
+        redis
+            .hget(format!("x402:session:{}", token.to_hex()), "remaining")
+            .await
+            .unwrap()
+    }
+
+    /// Makes each `(token, scope, now)` redemption in a task of its own, all
+    /// released at once; the answers in the same order.
+    async fn redeem_at_once(
+        store: &RedisSessionStore,
+        cases: Vec<(TokenHash, &'static str, u64)>,
+    ) -> Vec<Redemption> {
+        let barrier = Arc::new(Barrier::new(cases.len()));
+        let tasks: Vec<_> = cases
+            .into_iter()
+            .map(|(token, scope, now)| {
+                let (store, barrier) = (store.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    store.redeem(&token, scope, now).await.unwrap()
+                })
+            })
+            .collect();
+        let mut answers = Vec::new();
+        for task in tasks {
+            answers.push(task.await.unwrap());
+        }
+        answers
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_redemptions_share_script_calls() {
+        // A server of its own: its statistics count only this test's calls.
+        let server = RedisServer::start(free_port());
+        let store = RedisSessionStore::connect(&server.url()).await.unwrap();
+        let mut redis = connection_to(&server.url()).await;
+        const CALLS: u64 = 400;
+        let token = open(&store, SCOPE, CALLS).await;
+        let before = script_calls(&mut redis).await;
+
+        let now = unix_now();
+        let cases = vec![(token, SCOPE, now); CALLS as usize];
+        let mut left = Vec::new();
+        for answer in redeem_at_once(&store, cases).await {
+            match answer {
+                Redemption::Redeemed { remaining } => left.push(remaining),
+                other => panic!("expected a redemption, got {other:?}"),
+            }
+        }
+        // Every call redeemed exactly once.
+        left.sort_unstable();
+        assert_eq!(left, (0..CALLS).collect::<Vec<_>>());
+        // ... in far fewer script calls than redemptions.
+        let calls = script_calls(&mut redis).await - before;
+        assert!(
+            (1..=CALLS / 4).contains(&calls),
+            "{CALLS} redemptions took {calls} script calls"
+        );
+        assert_eq!(
+            store.redeem(&token, SCOPE, now).await.unwrap(),
+            Redemption::Exhausted
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn redemptions_sent_together_are_answered_each_in_order() {
+        let store = store().await;
+        let now = unix_now();
+        let two = open(&store, SCOPE, 2).await;
+        let elsewhere = open(&store, "other", 5).await;
+        let lapsed = SessionToken::generate().hash();
+        store
+            .open(&lapsed, record(SCOPE, 5, now - 1))
+            .await
+            .unwrap();
+        let short = SessionToken::generate().hash();
+        store
+            .open(&short, record(SCOPE, 5, now + 100))
+            .await
+            .unwrap();
+        let unknown = SessionToken::generate().hash();
+
+        // Each redemption with its own clock, all released at once.
+        let cases = [
+            (two, SCOPE, now),
+            (two, SCOPE, now),
+            (two, SCOPE, now),
+            (elsewhere, SCOPE, now),
+            (lapsed, SCOPE, now),
+            (short, SCOPE, now + 100),
+            (short, SCOPE, now),
+            (unknown, SCOPE, now),
+        ];
+        let answers = redeem_at_once(&store, cases.to_vec()).await;
+        let mut two_answers = answers[..3].to_vec();
+        two_answers.sort_by_key(|a| format!("{a:?}"));
+        assert_eq!(
+            two_answers,
+            [Redemption::Exhausted, redeemed(0), redeemed(1)]
+        );
+        assert_eq!(
+            answers[3..],
+            [
+                Redemption::OutOfScope,
+                Redemption::Expired,
+                Redemption::Expired,
+                redeemed(4),
+                Redemption::Unknown,
+            ]
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_caller_that_leaves_loses_no_call() {
+        let mut server = RedisServer::start(free_port());
+        let store = RedisSessionStore::connect(&server.url()).await.unwrap();
+        let mut redis = connection_to(&server.url()).await;
+        let token = open(&store, SCOPE, 10).await;
+        let now = unix_now();
+        // Loads both scripts (a full session takes nothing back).
+        store.give_back(&token).await.unwrap();
+        assert_eq!(store.redeem(&token, SCOPE, now).await.unwrap(), redeemed(9));
+        let before = script_calls(&mut redis).await;
+
+        // Redis stops answering: the first redemption is sent and waits; the
+        // second queues behind it. Both callers give up.
+        server.signal("-STOP");
+        let wait = Duration::from_millis(300);
+        let sent = tokio::time::timeout(wait, store.redeem(&token, SCOPE, now)).await;
+        assert!(sent.is_err());
+        let queued = tokio::time::timeout(wait, store.redeem(&token, SCOPE, now)).await;
+        assert!(queued.is_err());
+        server.signal("-CONT");
+
+        // The sent one was made, then given back; the queued one never made.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while script_calls(&mut redis).await < before + 2 {
+            assert!(Instant::now() < deadline, "the call was not given back");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(script_calls(&mut redis).await, before + 2);
+        assert_eq!(remaining(&mut redis, &token).await, 9);
+        assert_eq!(store.redeem(&token, SCOPE, now).await.unwrap(), redeemed(8));
+    }
+
+    #[test]
+    fn a_store_outlives_the_runtime_that_started_its_batching() {
+        let runtime = || {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        let first = runtime();
+        let (store, token) = first.block_on(async {
+            let store = store().await;
+            let token = open(&store, SCOPE, 10).await;
+            assert_eq!(
+                store.redeem(&token, SCOPE, unix_now()).await.unwrap(),
+                redeemed(9)
+            );
+            (store, token)
+        });
+        // The batching task, and the connection's own task, end with it.
+        drop(first);
+        runtime().block_on(async {
+            // The connection manager reconnects after answering one error;
+            // the store then redeems without its batching task.
+            let mut answers = Vec::new();
+            for _ in 0..3 {
+                let answer = store.redeem(&token, SCOPE, unix_now()).await;
+                let redeemed = answer.is_ok();
+                answers.push(answer);
+                if redeemed {
+                    break;
+                }
+            }
+            let Some(Ok(last)) = answers.pop() else {
+                panic!("the store did not recover: {answers:?}");
+            };
+            assert_eq!(last, redeemed(8));
+            assert!(answers.len() <= 1, "{answers:?}");
+        });
     }
 }

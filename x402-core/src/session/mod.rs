@@ -89,12 +89,7 @@ impl fmt::Debug for TokenHash {
 }
 
 fn hex_lower(bytes: &[u8]) -> String {
-    use fmt::Write;
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
+    alloy_primitives::hex::encode(bytes)
 }
 
 /// A session as a store keeps it.

@@ -11,6 +11,7 @@ use ::redis::{
     Client, RedisError, Script,
 };
 use async_trait::async_trait;
+use tokio::sync::{mpsc, oneshot};
 
 use super::{Redemption, SessionRecord, SessionStore, SessionStoreError, TokenHash};
 use crate::unix::now as unix_now;
@@ -32,16 +33,28 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long [`RedisSessionStore::connect`] waits to open a connection.
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Redeems one call. `KEYS[1]`: the session; `ARGV[1]`: the scope;
-/// `ARGV[2]`: now (unix seconds). Returns the calls left (≥ 0) or a refusal:
-/// -1 unknown, -2 expired, -3 out of scope, -4 exhausted.
+/// The most redemptions sent to Redis in one script call.
+const MAX_BATCH: usize = 128;
+
+/// Redeems one call from each of `KEYS[1..n]`. `ARGV[2i-1]`, `ARGV[2i]`:
+/// the scope and now (unix seconds) of the redemption of `KEYS[i]`. Returns,
+/// for each key in order, the calls left (≥ 0) or a refusal: -1 unknown,
+/// -2 expired, -3 out of scope, -4 exhausted. A key may appear more than once;
+/// its redemptions are made in order, each seeing the one before.
 const REDEEM_LUA: &str = r"
-local h = redis.call('HMGET', KEYS[1], 'scope', 'remaining', 'expires_at')
-if not h[1] or not h[2] or not h[3] then return -1 end
-if tonumber(h[3]) <= tonumber(ARGV[2]) then return -2 end
-if h[1] ~= ARGV[1] then return -3 end
-if tonumber(h[2]) <= 0 then return -4 end
-return redis.call('HINCRBY', KEYS[1], 'remaining', -1)
+local out = {}
+for i = 1, #KEYS do
+  local h = redis.call('HMGET', KEYS[i], 'scope', 'remaining', 'expires_at')
+  local r
+  if not h[1] or not h[2] or not h[3] then r = -1
+  elseif tonumber(h[3]) <= tonumber(ARGV[2 * i]) then r = -2
+  elseif h[1] ~= ARGV[2 * i - 1] then r = -3
+  elseif tonumber(h[2]) <= 0 then r = -4
+  else r = redis.call('HINCRBY', KEYS[i], 'remaining', -1)
+  end
+  out[i] = r
+end
+return out
 ";
 
 /// Gives one call back, if the session exists, has not expired and has
@@ -71,9 +84,20 @@ fn give_back_script() -> &'static Script {
 ///
 /// A session is a hash at `{prefix}{sha256 of the token, hex}` with the
 /// fields `scope`, `remaining`, `sold` and `expires_at`; Redis deletes it
-/// (`EXPIREAT`) a minute after it expires. A redemption is one Lua script
-/// (check and decrement), so instances sharing the server never redeem more
-/// calls than were sold. The token itself is never sent to Redis.
+/// (`EXPIREAT`) a minute after it expires. Redemptions are made by a Lua
+/// script (check and decrement), so instances sharing the server never redeem
+/// more calls than were sold. The token itself is never sent to Redis.
+///
+/// Redemptions that arrive while one script call is on its way are sent
+/// together, up to 128 in the next call: under load one round trip and one
+/// script run serve many requests, and an idle store sends each redemption at
+/// once. Each is still atomic and made in arrival order. A redemption whose
+/// caller has gone (its future was dropped) before it was sent is not made;
+/// one whose caller has gone by the time Redis answers is given back. The
+/// batching runs in a task spawned on the Tokio runtime of the first
+/// redemption, and ends when the last clone of the store is dropped. As one
+/// script call names many sessions' keys, the store needs one Redis server
+/// (or a primary with replicas), not Redis Cluster.
 ///
 /// The connection is a redis-rs [`ConnectionManager`], which reconnects by
 /// itself after Redis restarts or the connection drops; until then the store
@@ -94,6 +118,8 @@ fn give_back_script() -> &'static Script {
 pub struct RedisSessionStore {
     connection: ConnectionManager,
     prefix: Arc<str>,
+    /// The queue of the batching task, started by the first redemption.
+    batcher: Arc<OnceLock<mpsc::UnboundedSender<Job>>>,
 }
 
 impl fmt::Debug for RedisSessionStore {
@@ -112,6 +138,7 @@ impl RedisSessionStore {
         Self {
             connection,
             prefix: Arc::from(DEFAULT_PREFIX),
+            batcher: Arc::new(OnceLock::new()),
         }
     }
 
@@ -144,6 +171,94 @@ impl RedisSessionStore {
         key.push_str(&token.to_hex());
         key
     }
+
+    /// The batching task's queue, starting the task on first use.
+    fn batcher(&self) -> &mpsc::UnboundedSender<Job> {
+        self.batcher.get_or_init(|| {
+            let (jobs, queue) = mpsc::unbounded_channel();
+            tokio::spawn(redeem_in_batches(queue, self.connection.clone()));
+            jobs
+        })
+    }
+}
+
+/// One redemption waiting for the batching task.
+struct Job {
+    key: String,
+    scope: String,
+    now: u64,
+    reply: oneshot::Sender<Result<Redemption, SessionStoreError>>,
+}
+
+/// The batching task: takes every redemption queued (up to [`MAX_BATCH`]),
+/// makes them in one script call, answers each, and repeats; it ends when
+/// every sender (every clone of the store) is gone.
+async fn redeem_in_batches(
+    mut queue: mpsc::UnboundedReceiver<Job>,
+    mut connection: ConnectionManager,
+) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    // One call at a time: redemptions that arrive meanwhile make the next.
+    while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        // A caller that has gone loses nothing: its redemption is not made.
+        batch.retain(|job| !job.reply.is_closed());
+        if batch.is_empty() {
+            continue;
+        }
+        let replies = redeem_all(&mut connection, &batch).await;
+        for (job, reply) in batch.drain(..).zip(replies) {
+            if let Err(Ok(Redemption::Redeemed { .. })) = job.reply.send(reply) {
+                // The caller left while Redis was answering: its call goes back.
+                let mut connection = connection.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = give_back_key(&mut connection, &job.key).await {
+                        tracing::error!(error = %e, "x402: could not give back an abandoned session redemption");
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// Makes `jobs`' redemptions in one script call: one answer per job, in order.
+async fn redeem_all(
+    connection: &mut ConnectionManager,
+    jobs: &[Job],
+) -> Vec<Result<Redemption, SessionStoreError>> {
+    let mut invocation = redeem_script().prepare_invoke();
+    for job in jobs {
+        invocation.key(&job.key).arg(&job.scope).arg(job.now);
+    }
+    match invocation.invoke_async::<Vec<i64>>(connection).await {
+        Ok(replies) if replies.len() == jobs.len() => replies.into_iter().map(redemption).collect(),
+        Ok(replies) => jobs
+            .iter()
+            .map(|_| {
+                Err(SessionStoreError::Backend(
+                    format!(
+                        "the session redeem script answered {} replies for {} redemptions",
+                        replies.len(),
+                        jobs.len()
+                    )
+                    .into(),
+                ))
+            })
+            .collect(),
+        Err(e) => jobs.iter().map(|_| Err(backend(e.clone()))).collect(),
+    }
+}
+
+async fn give_back_key(
+    connection: &mut ConnectionManager,
+    key: &str,
+) -> Result<(), SessionStoreError> {
+    let _given: i64 = give_back_script()
+        .key(key)
+        .arg(unix_now())
+        .invoke_async(connection)
+        .await
+        .map_err(backend)?;
+    Ok(())
 }
 
 fn backend(error: RedisError) -> SessionStoreError {
@@ -154,7 +269,7 @@ fn backend(error: RedisError) -> SessionStoreError {
     }
 }
 
-/// The script's answer to a redemption.
+/// The script's answer to one redemption.
 fn redemption(reply: i64) -> Result<Redemption, SessionStoreError> {
     Ok(match reply {
         -1 => Redemption::Unknown,
@@ -219,26 +334,34 @@ impl SessionStore for RedisSessionStore {
         scope: &str,
         now: u64,
     ) -> Result<Redemption, SessionStoreError> {
-        let mut connection = self.connection.clone();
-        let reply: i64 = redeem_script()
-            .key(self.key(token))
-            .arg(scope)
-            .arg(now)
-            .invoke_async(&mut connection)
-            .await
-            .map_err(backend)?;
-        redemption(reply)
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            key: self.key(token),
+            scope: scope.to_owned(),
+            now,
+            reply,
+        };
+        match self.batcher().send(job) {
+            Ok(()) => answer.await.unwrap_or_else(|_| {
+                Err(SessionStoreError::Backend(
+                    "the session batching task stopped (its Tokio runtime shut down?)".into(),
+                ))
+            }),
+            // The task has gone with the runtime that ran it: redeem directly.
+            Err(mpsc::error::SendError(job)) => {
+                let mut connection = self.connection.clone();
+                let mut replies = redeem_all(&mut connection, std::slice::from_ref(&job)).await;
+                replies.pop().unwrap_or_else(|| {
+                    Err(SessionStoreError::Backend(
+                        "no reply to a redemption".into(),
+                    ))
+                })
+            }
+        }
     }
 
     async fn give_back(&self, token: &TokenHash) -> Result<(), SessionStoreError> {
-        let mut connection = self.connection.clone();
-        let _given: i64 = give_back_script()
-            .key(self.key(token))
-            .arg(unix_now())
-            .invoke_async(&mut connection)
-            .await
-            .map_err(backend)?;
-        Ok(())
+        give_back_key(&mut self.connection.clone(), &self.key(token)).await
     }
 }
 
