@@ -6,7 +6,10 @@
 #   bash bench/run.sh
 #
 # Knobs (environment):
-#   DURATION=10        seconds per path
+#   DURATION=10        seconds per path and round
+#   ROUNDS=3           rounds of the throughput paths (baseline first in each);
+#                      each ratio is to the baseline of its own round, and the
+#                      targets are judged on the median over the rounds
 #   MEM_DURATION=60    seconds of the memory run (paid path, in-memory claims);
 #                      claims are kept 900 s, so the plateau shows from about
 #                      1000 s on: MEM_DURATION=1500 MEM_RATE=100 MEM_EVERY=30
@@ -35,6 +38,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 DURATION="${DURATION:-10}"
+ROUNDS="${ROUNDS:-3}"
 MEM_DURATION="${MEM_DURATION:-60}"
 MEM_RATE="${MEM_RATE:-500}"
 MEM_EVERY="${MEM_EVERY:-5}"
@@ -142,7 +146,7 @@ fi
 SERVER_PID=""
 start_server() { # start_server NAME MODE [ENV=VAL...]
     local name="$1" mode="$2"; shift 2
-    local logf="$OUT/server-$name.log"
+    local logf="$OUT/server-$name-r$ROUND.log"
     "${PIN_SERVER[@]}" env -u REDIS_URL -u FACILITATOR_URL -u EVM_RPC_URL \
         -u WEBHOOK_URL -u WEBHOOK_SECRET -u DEV_FUND HOST=127.0.0.1 PORT=0 BENCH_PAYERS="$PAYERS" BENCH_SEED="$SEED" "$@" \
         "$BIN/bench-server" "$mode" > "$logf" 2>&1 &
@@ -169,23 +173,25 @@ stop_server() {
 run_load() {
     local label="$1"; shift
     local limit=$(( ${DURATION%.*} + ${MEM_DURATION%.*} + 300 ))
+    local file="$label-r$ROUND"
     "${PIN_LOADGEN[@]}" timeout "$limit" "$BIN/loadgen" --addr "$ADDR" --label "$label" \
         --connections "$CONNECTIONS" --payers "$PAYERS" --seed "$SEED" \
-        --server-pid "$SERVER_PID" "$@" > "$OUT/$label.json" 2> "$OUT/$label.err" &
+        --server-pid "$SERVER_PID" "$@" > "$OUT/$file.json" 2> "$OUT/$file.err" &
     local lg="$!"
     PIDS+=("$lg")
     if [ "${PROFILE_THIS:-0}" = 1 ]; then
         # Profile the server once the timed phase has started.
-        for _ in $(seq 1 600); do grep -q running "$OUT/$label.err" 2>/dev/null && break; sleep 0.1; done
+        for _ in $(seq 1 600); do grep -q running "$OUT/$file.err" 2>/dev/null && break; sleep 0.1; done
         sleep 1
         perf record -e cpu-clock -F 999 -g -p "$SERVER_PID" -o "$OUT/perf-$label.data" -- sleep "$PERF_SECONDS" \
             > "$OUT/perf-$label.log" 2>&1 || log "perf record failed (see $OUT/perf-$label.log)"
     fi
     if ! wait "$lg"; then
-        log "loadgen $label failed:"; cat "$OUT/$label.err" >&2; return 1
+        log "loadgen $label failed:"; cat "$OUT/$file.err" >&2; return 1
     fi
-    cat "$OUT/$label.err" >&2
-    cat "$OUT/$label.json" >> "$RESULTS"
+    sed "s/^/[round $ROUND] /" "$OUT/$file.err" >&2
+    # Each result line records its round.
+    sed "s/^{/{\"round\":$ROUND,/" "$OUT/$file.json" >> "$RESULTS"
 }
 
 PERF_OK=0
@@ -195,61 +201,69 @@ fi
 
 log "seed $SEED, $PAYERS payers, $CONNECTIONS connections, ${DURATION}s per path; results in $OUT"
 
-if want baseline; then
-    log "1/8 baseline: the same handler body, no paywall layer"
-    start_server baseline baseline
-    run_load baseline --mode plain --path /exact/evm/eip3009 --duration "$DURATION" --expect 200
-    stop_server
-fi
+# The throughput paths, ROUNDS times over, each round starting with its own
+# baseline: the ratios compare runs minutes apart at most, and the median over
+# the rounds is robust to a noisy neighbour on a shared machine.
+for ROUND in $(seq 1 "$ROUNDS"); do
+    PROFILE_ROUND=0
+    [ "$ROUND" = 1 ] && PROFILE_ROUND="$PERF_OK"
+    if want baseline; then
+        log "round $ROUND/$ROUNDS, 1/8 baseline: the same handler body, no paywall layer"
+        start_server baseline baseline
+        run_load baseline --mode plain --path /exact/evm/eip3009 --duration "$DURATION" --expect 200
+        stop_server
+    fi
 
-if want floor; then
-    log "2/8 402 floor: paid-api's 402 bytes from a bare handler, no engine"
-    start_server challenge-floor challenge-floor
-    run_load challenge-floor --mode plain --path /exact/evm/eip3009 --duration "$DURATION" --expect 402
-    stop_server
-fi
+    if want floor; then
+        log "round $ROUND/$ROUNDS, 2/8 402 floor: paid-api's 402 bytes from a bare handler, no engine"
+        start_server challenge-floor challenge-floor
+        run_load challenge-floor --mode plain --path /exact/evm/eip3009 --duration "$DURATION" --expect 402
+        stop_server
+    fi
 
-if want challenge; then
-    log "3/8 402 challenge path (paid-api, no payment header)"
-    start_server challenge paid-api
-    run_load challenge-402 --mode plain --path /exact/evm/eip3009 --duration "$DURATION" --expect 402
-    stop_server
-fi
+    if want challenge; then
+        log "round $ROUND/$ROUNDS, 3/8 402 challenge path (paid-api, no payment header)"
+        start_server challenge paid-api
+        run_load challenge-402 --mode plain --path /exact/evm/eip3009 --duration "$DURATION" --expect 402
+        stop_server
+    fi
 
-if want paid-memory; then
-    log "4/8 paid exact path: in-process facilitator, dev ledger, in-memory claims"
-    start_server paid-memory paid-api
-    PROFILE_THIS="$PERF_OK" run_load paid-memory --mode paid --path /exact/evm/eip3009 \
-        --duration "$DURATION" --max-requests "$PAID_MAX" --expect 200
-    stop_server
-fi
-
-if [ "$REDIS_OK" = 1 ]; then
-    if want paid-redis; then
-        log "5/8 paid exact path with Redis claims ($REDIS_URL)"
-        start_server paid-redis paid-api REDIS_URL="$REDIS_URL"
-        run_load paid-redis --mode paid --path /exact/evm/eip3009 \
+    if want paid-memory; then
+        log "round $ROUND/$ROUNDS, 4/8 paid exact path: in-process facilitator, dev ledger, in-memory claims"
+        start_server paid-memory paid-api
+        PROFILE_THIS="$PROFILE_ROUND" run_load paid-memory --mode paid --path /exact/evm/eip3009 \
             --duration "$DURATION" --max-requests "$PAID_MAX" --expect 200
         stop_server
     fi
 
-    if want session-floor; then
-        log "6/8 session floor: one Redis redemption per call from a bare handler, no engine"
-        start_server session-floor session-floor REDIS_URL="$REDIS_URL"
-        run_load session-floor --mode plain --path /session/demo --duration "$DURATION" --expect 200
-        stop_server
-    fi
+    if [ "$REDIS_OK" = 1 ]; then
+        if want paid-redis; then
+            log "round $ROUND/$ROUNDS, 5/8 paid exact path with Redis claims ($REDIS_URL)"
+            start_server paid-redis paid-api REDIS_URL="$REDIS_URL"
+            run_load paid-redis --mode paid --path /exact/evm/eip3009 \
+                --duration "$DURATION" --max-requests "$PAID_MAX" --expect 200
+            stop_server
+        fi
 
-    if want session-redis; then
-        log "7/8 session redemption on Redis ($SESSIONS sessions bought first)"
-        start_server session-redis paid-api REDIS_URL="$REDIS_URL"
-        run_load session-redis --mode session --path /session/demo --sessions "$SESSIONS" \
-            --duration "$DURATION" --expect 200
-        stop_server
+        if want session-floor; then
+            log "round $ROUND/$ROUNDS, 6/8 session floor: one Redis redemption per call from a bare handler, no engine"
+            start_server session-floor session-floor REDIS_URL="$REDIS_URL"
+            run_load session-floor --mode plain --path /session/demo --duration "$DURATION" --expect 200
+            stop_server
+        fi
+
+        if want session-redis; then
+            log "round $ROUND/$ROUNDS, 7/8 session redemption on Redis ($SESSIONS sessions bought first)"
+            start_server session-redis paid-api REDIS_URL="$REDIS_URL"
+            run_load session-redis --mode session --path /session/demo --sessions "$SESSIONS" \
+                --duration "$DURATION" --expect 200
+            stop_server
+        fi
+    else
+        log "round $ROUND/$ROUNDS, 5/8 to 7/8 skipped (no Redis)"
     fi
-else
-    log "5/8 to 7/8 skipped (no Redis)"
-fi
+done
+ROUND=1
 
 if [ "${SKIP_MEMORY:-0}" != 1 ] && want memory; then
     log "8/8 memory: paid path, in-memory claims, ${MEM_DURATION}s at ${MEM_RATE} req/s, payments valid ${MEM_VALID_FOR}s, RSS every ${MEM_EVERY}s"
@@ -260,7 +274,7 @@ if [ "${SKIP_MEMORY:-0}" != 1 ] && want memory; then
 fi
 
 echo
-echo "== x402 load harness: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')), ${DURATION}s per path, $CONNECTIONS connections, loadgen threads $LOADGEN_THREADS"
+echo "== x402 load harness: $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')), ${DURATION}s per path, $ROUNDS rounds, $CONNECTIONS connections, loadgen threads $LOADGEN_THREADS"
 "$BIN/bench-report" "$RESULTS"
 
 if [ "$PERF_OK" = 1 ] && [ -f "$OUT/perf-paid-memory.data" ]; then
