@@ -190,7 +190,8 @@ pub enum ChainLedgerError {
     /// The RPC URL is not usable.
     #[error("invalid RPC URL")]
     InvalidUrl,
-    /// The node could not be reached or did not report its chain id.
+    /// The node could not be reached or did not report its chain id. (Its
+    /// source names the endpoint by scheme and host only.)
     #[error("could not read the chain id from the RPC endpoint")]
     Rpc(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
@@ -203,8 +204,67 @@ fn redact(url: &str) -> String {
     format!("{scheme}://{host}")
 }
 
-fn backend(e: impl std::error::Error + Send + Sync + 'static) -> LedgerError {
-    LedgerError::Backend(Box::new(e))
+/// `text` with every URL in it (`scheme://` up to a space, quote, bracket or
+/// comma) cut down by [`redact`].
+fn redact_urls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        // The scheme's characters are ASCII, so their count is their length.
+        let scheme = rest[..at]
+            .chars()
+            .rev()
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+            .count();
+        let start = at - scheme;
+        let end = rest[at..]
+            .find(|c: char| c.is_whitespace() || "\"'()<>[]{},".contains(c))
+            .map_or(rest.len(), |i| at + i);
+        out.push_str(&rest[..start]);
+        out.push_str(&redact(&rest[start..end]));
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A node's error as text, its sources included, with every URL cut to
+/// `scheme://host[:port]`: node URLs often carry an API key in their path or
+/// query, and the transport's errors name the URL they failed on.
+#[derive(Debug)]
+struct RpcFailure(String);
+
+impl RpcFailure {
+    fn new(error: &(dyn std::error::Error + 'static)) -> Self {
+        let mut text = error.to_string();
+        let mut source = error.source();
+        while let Some(e) = source {
+            // Many errors repeat their source's message in their own.
+            let message = e.to_string();
+            if !text.contains(&message) {
+                text.push_str(": ");
+                text.push_str(&message);
+            }
+            source = e.source();
+        }
+        Self(redact_urls(&text))
+    }
+}
+
+impl fmt::Display for RpcFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RpcFailure {}
+
+fn backend(e: impl std::error::Error + 'static) -> LedgerError {
+    LedgerError::Backend(Box::new(RpcFailure::new(&e)))
+}
+
+fn rpc(e: impl std::error::Error + 'static) -> ChainLedgerError {
+    ChainLedgerError::Rpc(Box::new(RpcFailure::new(&e)))
 }
 
 impl ChainLedger {
@@ -228,10 +288,7 @@ impl ChainLedger {
             .await
             .map_err(|_| ChainLedgerError::InvalidUrl)?
             .erased();
-        let chain_id = provider
-            .get_chain_id()
-            .await
-            .map_err(|e| ChainLedgerError::Rpc(Box::new(e)))?;
+        let chain_id = provider.get_chain_id().await.map_err(rpc)?;
         let has_code = |address: Address| {
             let provider = provider.clone();
             async move {
@@ -239,7 +296,7 @@ impl ChainLedger {
                     .get_code_at(address)
                     .await
                     .map(|code| !code.is_empty())
-                    .map_err(|e| ChainLedgerError::Rpc(Box::new(e)))
+                    .map_err(rpc)
             }
         };
         let permit2 = Permit2Deployment {
@@ -614,5 +671,37 @@ mod tests {
             "https://rpc.example"
         );
         assert_eq!(redact("http://127.0.0.1:8545"), "http://127.0.0.1:8545");
+    }
+
+    #[test]
+    fn urls_in_error_text_lose_path_query_and_credentials() {
+        assert_eq!(
+            redact_urls(
+                "error sending request for url (https://base.example/v2/SECRETKEY?k=1): \
+                 see wss://u:SECRET@node.example:8546/ws, or <http://x.example/a>"
+            ),
+            "error sending request for url (https://base.example): \
+             see wss://node.example:8546, or <http://x.example>"
+        );
+        assert_eq!(redact_urls("no url here"), "no url here");
+        assert_eq!(redact_urls("ends with ://"), "ends with ://");
+    }
+
+    #[tokio::test]
+    async fn node_errors_never_show_the_rpc_url_path() {
+        // Nothing listens on port 1: the connection is refused.
+        let url = "http://127.0.0.1:1/v2/SECRETKEY?apikey=SECRETQUERY";
+        let key = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
+        let Err(error) = ChainLedger::new(url, key).await else {
+            panic!("a node on port 1 answered");
+        };
+        let mut chain = format!("{error} {error:?}");
+        let mut source = std::error::Error::source(&error);
+        while let Some(e) = source {
+            chain.push_str(&format!(" {e} {e:?}"));
+            source = e.source();
+        }
+        assert!(!chain.contains("SECRET"), "{chain}");
+        assert!(chain.contains("127.0.0.1:1"), "{chain}");
     }
 }
