@@ -350,7 +350,7 @@ mod redis {
     use std::sync::OnceLock;
 
     use ::redis::AsyncCommands;
-    use x402_core::session::RedisSessionStore;
+    use x402_core::session::{RedisSessionStore, SessionStoreError};
 
     use super::redis_server::{free_port, RedisServer};
     use super::*;
@@ -480,6 +480,18 @@ mod redis {
         store: &RedisSessionStore,
         cases: Vec<(TokenHash, &'static str, u64)>,
     ) -> Vec<Redemption> {
+        try_redeem_at_once(store, cases)
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    /// [`redeem_at_once`], keeping the errors.
+    async fn try_redeem_at_once(
+        store: &RedisSessionStore,
+        cases: Vec<(TokenHash, &'static str, u64)>,
+    ) -> Vec<Result<Redemption, SessionStoreError>> {
         let barrier = Arc::new(Barrier::new(cases.len()));
         let tasks: Vec<_> = cases
             .into_iter()
@@ -487,7 +499,7 @@ mod redis {
                 let (store, barrier) = (store.clone(), barrier.clone());
                 tokio::spawn(async move {
                     barrier.wait().await;
-                    store.redeem(&token, scope, now).await.unwrap()
+                    store.redeem(&token, scope, now).await
                 })
             })
             .collect();
@@ -578,6 +590,68 @@ mod redis {
                 Redemption::Unknown,
             ]
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_malformed_record_fails_alone() {
+        let mut server = RedisServer::start(free_port());
+        let store = RedisSessionStore::connect(&server.url()).await.unwrap();
+        let mut redis = connection_to(&server.url()).await;
+        let key = |token: &TokenHash| format!("x402:session:{}", token.to_hex());
+        let good = open(&store, SCOPE, 6).await;
+        let now = unix_now();
+        assert_eq!(store.redeem(&good, SCOPE, now).await.unwrap(), redeemed(5));
+        // Another application's string under the prefix, and a record
+        // missing its fields.
+        let string = SessionToken::generate().hash();
+        let _: () = redis.set_ex(key(&string), "x", 60).await.unwrap();
+        let partial = SessionToken::generate().hash();
+        let _: () = redis.hset(key(&partial), "scope", SCOPE).await.unwrap();
+        let _: () = redis.expire(key(&partial), 60).await.unwrap();
+        let before = script_calls(&mut redis).await;
+
+        // One redemption waits on a paused Redis while the others queue, so
+        // that they go out together in the next script call.
+        server.signal("-STOP");
+        let first = {
+            let store = store.clone();
+            tokio::spawn(async move { store.redeem(&good, SCOPE, now).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let together = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                try_redeem_at_once(
+                    &store,
+                    vec![
+                        (good, SCOPE, now),
+                        (string, SCOPE, now),
+                        (partial, SCOPE, now),
+                        (good, SCOPE, now),
+                    ],
+                )
+                .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        server.signal("-CONT");
+
+        assert_eq!(first.await.unwrap().unwrap(), redeemed(4));
+        let answers = together.await.unwrap();
+        assert_eq!(script_calls(&mut redis).await, before + 2);
+        assert!(matches!(answers[1], Err(SessionStoreError::Backend(_))));
+        assert!(matches!(answers[2], Err(SessionStoreError::Backend(_))));
+        let mut good_answers = vec![
+            answers[0].as_ref().unwrap().to_owned(),
+            answers[3].as_ref().unwrap().to_owned(),
+        ];
+        good_answers.sort_by_key(|a| format!("{a:?}"));
+        assert_eq!(good_answers, [redeemed(2), redeemed(3)]);
+        // Nothing else was touched.
+        let value: String = redis.get(key(&string)).await.unwrap();
+        assert_eq!(value, "x");
+        let fields: Vec<String> = redis.hkeys(key(&partial)).await.unwrap();
+        assert_eq!(fields, ["scope"]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -39,18 +39,28 @@ const MAX_BATCH: usize = 128;
 /// Redeems one call from each of `KEYS[1..n]`. `ARGV[2i-1]`, `ARGV[2i]`:
 /// the scope and now (unix seconds) of the redemption of `KEYS[i]`. Returns,
 /// for each key in order, the calls left (≥ 0) or a refusal: -1 unknown,
-/// -2 expired, -3 out of scope, -4 exhausted. A key may appear more than once;
-/// its redemptions are made in order, each seeing the one before.
+/// -2 expired, -3 out of scope, -4 exhausted, -5 not a session record (the
+/// key holds something else). A key may appear more than once; its
+/// redemptions are made in order, each seeing the one before. A bad key never
+/// fails the others: a script error would leave the redemptions made before
+/// it in place while their callers were told it failed.
 const REDEEM_LUA: &str = r"
 local out = {}
 for i = 1, #KEYS do
-  local h = redis.call('HMGET', KEYS[i], 'scope', 'remaining', 'expires_at')
+  local h = redis.pcall('HMGET', KEYS[i], 'scope', 'remaining', 'expires_at')
   local r
-  if not h[1] or not h[2] or not h[3] then r = -1
-  elseif tonumber(h[3]) <= tonumber(ARGV[2 * i]) then r = -2
-  elseif h[1] ~= ARGV[2 * i - 1] then r = -3
-  elseif tonumber(h[2]) <= 0 then r = -4
-  else r = redis.call('HINCRBY', KEYS[i], 'remaining', -1)
+  if h.err then r = -5
+  elseif not h[1] and not h[2] and not h[3] then r = -1
+  else
+    local left, expires = tonumber(h[2]), tonumber(h[3])
+    if not h[1] or not left or not expires then r = -5
+    elseif expires <= tonumber(ARGV[2 * i]) then r = -2
+    elseif h[1] ~= ARGV[2 * i - 1] then r = -3
+    elseif left <= 0 then r = -4
+    else
+      r = redis.pcall('HINCRBY', KEYS[i], 'remaining', -1)
+      if type(r) ~= 'number' then r = -5 end
+    end
   end
   out[i] = r
 end
@@ -276,6 +286,11 @@ fn redemption(reply: i64) -> Result<Redemption, SessionStoreError> {
         -2 => Redemption::Expired,
         -3 => Redemption::OutOfScope,
         -4 => Redemption::Exhausted,
+        -5 => {
+            return Err(SessionStoreError::Backend(
+                "the session's key in Redis does not hold a session record".into(),
+            ))
+        }
         n => match u64::try_from(n) {
             Ok(remaining) => Redemption::Redeemed { remaining },
             Err(_) => {
@@ -384,5 +399,6 @@ mod tests {
             Some(Redemption::Redeemed { remaining: 41 })
         );
         assert!(redemption(-5).is_err());
+        assert!(redemption(-6).is_err());
     }
 }
