@@ -467,11 +467,13 @@ mod redis {
             .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
     }
 
+    /// A session's key under the default prefix.
+    fn default_key(token: &TokenHash) -> String {
+        format!("x402:session:{}", token.to_hex())
+    }
+
     async fn remaining(redis: &mut ::redis::aio::MultiplexedConnection, token: &TokenHash) -> u64 {
-        redis
-            .hget(format!("x402:session:{}", token.to_hex()), "remaining")
-            .await
-            .unwrap()
+        redis.hget(default_key(token), "remaining").await.unwrap()
     }
 
     /// Makes each `(token, scope, now)` redemption in a task of its own, all
@@ -597,17 +599,19 @@ mod redis {
         let mut server = RedisServer::start(free_port());
         let store = RedisSessionStore::connect(&server.url()).await.unwrap();
         let mut redis = connection_to(&server.url()).await;
-        let key = |token: &TokenHash| format!("x402:session:{}", token.to_hex());
         let good = open(&store, SCOPE, 6).await;
         let now = unix_now();
         assert_eq!(store.redeem(&good, SCOPE, now).await.unwrap(), redeemed(5));
         // Another application's string under the prefix, and a record
         // missing its fields.
         let string = SessionToken::generate().hash();
-        let _: () = redis.set_ex(key(&string), "x", 60).await.unwrap();
+        let _: () = redis.set_ex(default_key(&string), "x", 60).await.unwrap();
         let partial = SessionToken::generate().hash();
-        let _: () = redis.hset(key(&partial), "scope", SCOPE).await.unwrap();
-        let _: () = redis.expire(key(&partial), 60).await.unwrap();
+        let _: () = redis
+            .hset(default_key(&partial), "scope", SCOPE)
+            .await
+            .unwrap();
+        let _: () = redis.expire(default_key(&partial), 60).await.unwrap();
         let before = script_calls(&mut redis).await;
 
         // One redemption waits on a paused Redis while the others queue, so
@@ -648,9 +652,9 @@ mod redis {
         good_answers.sort_by_key(|a| format!("{a:?}"));
         assert_eq!(good_answers, [redeemed(2), redeemed(3)]);
         // Nothing else was touched.
-        let value: String = redis.get(key(&string)).await.unwrap();
+        let value: String = redis.get(default_key(&string)).await.unwrap();
         assert_eq!(value, "x");
-        let fields: Vec<String> = redis.hkeys(key(&partial)).await.unwrap();
+        let fields: Vec<String> = redis.hkeys(default_key(&partial)).await.unwrap();
         assert_eq!(fields, ["scope"]);
     }
 

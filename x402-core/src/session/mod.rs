@@ -44,7 +44,7 @@ impl SessionToken {
     pub fn generate() -> Self {
         let mut bytes = [0u8; 32];
         rand::rngs::OsRng.fill_bytes(&mut bytes);
-        Self(hex_lower(&bytes))
+        Self(alloy_primitives::hex::encode(bytes))
     }
 
     /// Reads a token sent by a buyer; `None` unless it is 64 hex digits.
@@ -78,7 +78,7 @@ pub struct TokenHash(pub [u8; 32]);
 impl TokenHash {
     /// Lowercase hex, for store keys.
     pub fn to_hex(&self) -> String {
-        hex_lower(&self.0)
+        alloy_primitives::hex::encode(self.0)
     }
 }
 
@@ -86,10 +86,6 @@ impl fmt::Debug for TokenHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "TokenHash({}…)", &self.to_hex()[..8])
     }
-}
-
-fn hex_lower(bytes: &[u8]) -> String {
-    alloy_primitives::hex::encode(bytes)
 }
 
 /// A session as a store keeps it.

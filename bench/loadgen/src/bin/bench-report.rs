@@ -99,7 +99,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let median_of = |name: &str, figure: &dyn Fn(&Value) -> f64| -> Option<(f64, Vec<f64>)> {
         let mut all: Vec<f64> = runs
             .iter()
-            .filter(|v| label(v) == name && !label(v).starts_with("memory"))
+            .filter(|v| label(v) == name)
             .map(figure)
             .filter(|x| x.is_finite())
             .collect();
