@@ -5,7 +5,7 @@
 //! server runs on its own thread in an actix `System`. It is stopped when the
 //! test's Tokio runtime shuts down (see [`StopOnDrop`]).
 
-use std::{net::SocketAddr, sync::Arc, thread};
+use std::{sync::Arc, thread};
 
 use actix_web::{
     dev::ServerHandle,
@@ -14,7 +14,7 @@ use actix_web::{
 };
 use http_body::Body as _;
 use http_body_util::BodyExt;
-use tokio::sync::oneshot;
+use tokio::{net::TcpListener, sync::oneshot};
 use x402_actix::{Payment, X402Middleware};
 use x402_core::Engine;
 
@@ -28,13 +28,14 @@ pub struct ActixAdapter;
 impl Adapter for ActixAdapter {
     const NAME: &'static str = "actix";
 
-    async fn serve(engine: Engine, handler: Arc<TestHandler>) -> String {
+    async fn serve(listener: TcpListener, engine: Engine, handler: Arc<TestHandler>) {
         let (tx, rx) = oneshot::channel();
+        let listener = listener.into_std().unwrap();
         thread::Builder::new()
             .name("actix-test-server".into())
-            .spawn(move || run_server(engine, handler, tx))
+            .spawn(move || run_server(listener, engine, handler, tx))
             .unwrap();
-        let (address, handle) = rx.await.expect("actix server failed to start");
+        let handle = rx.await.expect("actix server failed to start");
         // Lives as long as the test's runtime: when the test ends the runtime
         // drops this task, and the guard stops the server and its thread.
         let guard = StopOnDrop(handle);
@@ -42,7 +43,6 @@ impl Adapter for ActixAdapter {
             let _guard = guard;
             std::future::pending::<()>().await;
         });
-        format!("http://{address}")
     }
 }
 
@@ -59,9 +59,10 @@ impl Drop for StopOnDrop {
 }
 
 fn run_server(
+    listener: std::net::TcpListener,
     engine: Engine,
     handler: Arc<TestHandler>,
-    started: oneshot::Sender<(SocketAddr, ServerHandle)>,
+    started: oneshot::Sender<ServerHandle>,
 ) {
     actix_web::rt::System::new().block_on(async move {
         let server = HttpServer::new(move || {
@@ -72,11 +73,10 @@ fn run_server(
         })
         .workers(1)
         .disable_signals()
-        .bind(("127.0.0.1", 0))
+        .listen(listener)
         .unwrap();
-        let address = server.addrs()[0];
         let server = server.run();
-        let _ = started.send((address, server.handle()));
+        let _ = started.send(server.handle());
         let _ = server.await;
     });
 }

@@ -20,13 +20,17 @@ use crate::TestHandler;
 ///
 /// `serve` must put the handler behind the adapter's paywall for every path
 /// (including unknown spellings such as `/PAID`, which must still reach the
-/// handler if the paywall let them through), and return
-/// `http://127.0.0.1:<port>`.
+/// handler if the paywall let them through), served on `listener`
+/// (`127.0.0.1:<port>`, from [`bind`]).
 pub trait Adapter: Send + Sync + 'static {
     /// Shown in the scenario count line.
     const NAME: &'static str;
 
-    fn serve(engine: Engine, handler: Arc<TestHandler>) -> impl Future<Output = String> + Send;
+    fn serve(
+        listener: TcpListener,
+        engine: Engine,
+        handler: Arc<TestHandler>,
+    ) -> impl Future<Output = ()> + Send;
 }
 
 /// Binds `127.0.0.1:0`.
@@ -62,11 +66,9 @@ pub struct AxumAdapter;
 impl Adapter for AxumAdapter {
     const NAME: &'static str = "axum";
 
-    async fn serve(engine: Engine, handler: Arc<TestHandler>) -> String {
+    async fn serve(listener: TcpListener, engine: Engine, handler: Arc<TestHandler>) {
         let app = axum_router(handler).layer(x402_axum::PaywallLayer::new(engine));
-        let (listener, url) = bind().await;
         tokio::spawn(async move { axum::serve(listener, app).await });
-        url
     }
 }
 
@@ -78,7 +80,7 @@ pub struct TowerAdapter;
 impl Adapter for TowerAdapter {
     const NAME: &'static str = "tower";
 
-    async fn serve(engine: Engine, handler: Arc<TestHandler>) -> String {
+    async fn serve(listener: TcpListener, engine: Engine, handler: Arc<TestHandler>) {
         let inner = tower::service_fn(move |request: http::Request<hyper::body::Incoming>| {
             let handler = handler.clone();
             async move {
@@ -93,7 +95,6 @@ impl Adapter for TowerAdapter {
         let service = tower::ServiceBuilder::new()
             .layer(x402_tower::PaywallLayer::new(engine))
             .service(inner);
-        let (listener, url) = bind().await;
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
@@ -107,6 +108,5 @@ impl Adapter for TowerAdapter {
                 });
             }
         });
-        url
     }
 }

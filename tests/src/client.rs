@@ -8,7 +8,7 @@ use serde_json::Value;
 use x402_core::{
     codec,
     route::{Offer, RequestInfo, Route},
-    Engine, Facilitator,
+    Engine, EngineBuilder, Facilitator,
 };
 
 use crate::{payment, Adapter, EventLog, StandIn, TestHandler, DESCRIPTION, PAY_TO, SECRET};
@@ -98,6 +98,11 @@ pub async fn send(request: reqwest::RequestBuilder) -> Reply {
 /// before the handler), `GET /dynamic` (priced per request: `?free=1` free,
 /// `?tier=gold` $0.02, else $0.01). `/free` is not protected.
 pub fn standard_engine(facilitator: impl Facilitator) -> Engine {
+    standard_builder(facilitator).build().unwrap()
+}
+
+/// [`standard_engine`]'s builder, before `build`.
+pub fn standard_builder(facilitator: impl Facilitator) -> EngineBuilder {
     Engine::builder(facilitator)
         .route(
             Route::get("/paid")
@@ -111,8 +116,6 @@ pub fn standard_engine(facilitator: impl Facilitator) -> Engine {
                 .settle_before_handler(),
         )
         .route(Route::get("/dynamic").dynamic_pricing(dynamic_price))
-        .build()
-        .unwrap()
 }
 
 /// The dynamic price of `/dynamic`.
@@ -139,16 +142,18 @@ pub struct Fixture {
 impl Fixture {
     /// The adapter serving [`standard_engine`] against a fresh stand-in.
     pub async fn new<A: Adapter>() -> Self {
-        Self::with_engine::<A>(|standin| standard_engine(standin.facilitator())).await
+        Self::with_engine::<A>(|standin| standard_builder(standin.facilitator())).await
     }
 
-    /// The adapter serving the engine `build` makes from a fresh stand-in.
-    pub async fn with_engine<A: Adapter>(build: impl FnOnce(&StandIn) -> Engine) -> Self {
+    /// The adapter serving the engine `build` starts from a fresh stand-in,
+    /// with the server's own URL as its public origin.
+    pub async fn with_engine<A: Adapter>(build: impl FnOnce(&StandIn) -> EngineBuilder) -> Self {
         let events = EventLog::default();
         let standin = StandIn::start(events.clone()).await;
         let handler = TestHandler::new(events.clone());
-        let engine = build(&standin);
-        let base = A::serve(engine, handler.clone()).await;
+        let (listener, base) = crate::adapters::bind().await;
+        let engine = build(&standin).public_origin(&base).build().unwrap();
+        A::serve(listener, engine, handler.clone()).await;
         Self {
             base,
             standin,

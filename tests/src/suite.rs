@@ -5,7 +5,7 @@
 use serde_json::{json, Value};
 
 use crate::{
-    client::standard_engine,
+    client::standard_builder,
     handler::{HandlerMode, HANDLER_ERROR_BODY, STREAM_CHUNKS},
     payment,
     standin::{closed_port_url, facilitator_at, SettleMode, VerifyMode},
@@ -288,7 +288,7 @@ pub async fn s06_facilitator_unavailable_at_verify<A: Adapter>() {
 
     // Nothing listening at all.
     let closed = closed_port_url().await;
-    let g = Fixture::with_engine::<A>(|_| standard_engine(facilitator_at(&closed))).await;
+    let g = Fixture::with_engine::<A>(|_| standard_builder(facilitator_at(&closed))).await;
     let reply = g.pay_v2("/paid").await;
     assert_opaque(&reply, 502, "facilitator_unavailable");
     g.handler.assert_calls(0);

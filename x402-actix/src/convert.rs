@@ -24,6 +24,8 @@ pub(crate) struct RequestHead {
     method: http::Method,
     uri: http::Uri,
     headers: http::HeaderMap,
+    /// The resource pattern actix-web matched, scope prefixes included.
+    pattern: Option<String>,
 }
 
 /// Why a request could not be translated for the engine.
@@ -48,12 +50,15 @@ impl RequestHead {
             method,
             uri,
             headers: headers_to_http1(request.headers()),
+            pattern: request.match_pattern(),
         })
     }
 
-    /// The engine's view of the request.
+    /// The engine's view of the request: actix-web never rewrites a
+    /// request's URI for a scope, so it is the one the client sent.
     pub(crate) fn view(&self) -> RequestView<'_> {
         RequestView::new(&self.method, &self.uri, &self.headers)
+            .route_template(self.pattern.as_deref())
     }
 }
 

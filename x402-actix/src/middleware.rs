@@ -14,9 +14,11 @@ use actix_web::{
     HttpMessage, HttpRequest, HttpResponse,
 };
 use x402_core::{
-    engine::{handler_failed_response, Completion, Decision, EngineResponse, PaidRequest},
+    engine::{
+        handler_failed_response, Completion, ConfigError, Decision, EngineResponse, PaidRequest,
+    },
     route::SettlementTiming,
-    Engine,
+    BoundRoute, Engine, Route,
 };
 
 use crate::convert::{self, RequestHead};
@@ -32,8 +34,12 @@ use crate::convert::{self, RequestHead};
 /// settlement receipt. Everything else passes through untouched.
 ///
 /// The engine matches routes on the request's full path, whatever scope the
-/// middleware wraps: declare routes in the engine with the path a client
-/// sends.
+/// middleware wraps, and also on the resource pattern actix-web matched
+/// (`match_pattern()`, scope prefixes included): declare routes in the
+/// engine with the path a client sends. A request is free only when no
+/// reading of its path a router could make is protected (see
+/// [`x402_core::boundary`]). [`route`](Self::route) prices one resource
+/// where it is declared.
 ///
 /// ```
 /// use actix_web::{web, App, HttpResponse};
@@ -72,15 +78,49 @@ use crate::convert::{self, RequestHead};
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
+#[must_use]
 pub struct X402Middleware {
     engine: Engine,
+    bound: Option<BoundRoute>,
 }
 
 impl X402Middleware {
-    /// The paywall driven by `engine`.
-    #[must_use]
+    /// The paywall driven by `engine`'s route table.
     pub fn new(engine: Engine) -> Self {
-        Self { engine }
+        Self {
+            engine,
+            bound: None,
+        }
+    }
+
+    /// A paywall for the one resource it wraps (`Resource::wrap`), priced
+    /// by `route`: every request that reaches it is `route`'s (for its
+    /// method), whatever its path (see [`Engine::bind`]). Declare `route`
+    /// with the resource's full path: discovery lists it.
+    ///
+    /// ```
+    /// use actix_web::{web, App, HttpResponse};
+    /// use x402_actix::X402Middleware;
+    /// use x402_core::{Engine, Offer, Route};
+    /// # use x402_core::facilitator::HttpFacilitator;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let paywall = X402Middleware::new(Engine::builder(HttpFacilitator::new("http://127.0.0.1:4022")?).build()?);
+    /// let app = App::new().service(
+    ///     web::resource("/weather/{city}")
+    ///         .wrap(paywall.route(Route::get("/weather/{city}").offer(Offer::exact(
+    ///             "eip155:84532",
+    ///             "$0.001",
+    ///             "0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
+    ///         )))?)
+    ///         .route(web::get().to(HttpResponse::Ok)),
+    /// );
+    /// # let _ = app; Ok(()) }
+    /// ```
+    pub fn route(&self, route: Route) -> Result<Self, ConfigError> {
+        Ok(Self {
+            engine: self.engine.clone(),
+            bound: Some(self.engine.bind(route)?),
+        })
     }
 
     /// The engine.
@@ -110,6 +150,7 @@ where
         ready(Ok(X402MiddlewareService {
             service: Rc::new(service),
             engine: self.engine.clone(),
+            bound: self.bound.clone(),
         }))
     }
 }
@@ -122,6 +163,7 @@ pub struct X402MiddlewareService<S> {
     // engine decided, and actix-web runs each worker on one thread.
     service: Rc<S>,
     engine: Engine,
+    bound: Option<BoundRoute>,
 }
 
 impl<S> fmt::Debug for X402MiddlewareService<S> {
@@ -152,8 +194,8 @@ where
         // rather than cloned and swapped as tower requires (the pattern of
         // actix-session's `SessionMiddleware`).
         let service = Rc::clone(&self.service);
-        let engine = self.engine.clone();
-        Box::pin(async move { handle(&*service, &engine, request).await })
+        let (engine, bound) = (self.engine.clone(), self.bound.clone());
+        Box::pin(async move { handle(&*service, &engine, bound.as_ref(), request).await })
     }
 }
 
@@ -161,6 +203,7 @@ where
 async fn handle<S, B>(
     service: &S,
     engine: &Engine,
+    bound: Option<&BoundRoute>,
     request: ServiceRequest,
 ) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error>
 where
@@ -168,7 +211,10 @@ where
     B: MessageBody,
 {
     let decision = match RequestHead::from_request(&request) {
-        Ok(head) => engine.process(head.view()).await,
+        Ok(head) => match bound {
+            Some(route) => route.process(head.view()).await,
+            None => engine.process(head.view()).await,
+        },
         Err(reason) => {
             // Unreachable for anything actix-web parsed (see `convert`), and
             // refused rather than let past the paywall unexamined.

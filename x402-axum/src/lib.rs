@@ -33,9 +33,10 @@
 //! # let _ = app; Ok(()) }
 //! ```
 //!
-//! The layer can also wrap one route (`get(handler).layer(PaywallLayer::new(engine))`);
-//! the engine's route table still decides what is paid, so a route the table
-//! does not list passes through.
+//! [`PaywallLayer`] reads what axum's router decided (the matched route and
+//! the URI before `nest` stripped its prefix), so it protects what it wraps
+//! wherever it sits: see its docs for every placement, and
+//! [`PaywallLayer::route`] to price one route where it is declared.
 
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
@@ -46,6 +47,7 @@ mod extract;
 #[cfg(feature = "facilitator-server")]
 #[cfg_attr(docsrs, doc(cfg(feature = "facilitator-server")))]
 mod facilitator;
+mod layer;
 #[cfg(feature = "webhooks")]
 #[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
 mod webhook;
@@ -53,7 +55,8 @@ mod webhook;
 pub use self::extract::{MissingPaywall, OptionalPayment, Payment, UsageMeter};
 #[cfg(feature = "facilitator-server")]
 pub use self::facilitator::facilitator_router;
+pub use self::layer::PaywallLayer;
 #[cfg(feature = "webhooks")]
 pub use self::webhook::{VerifiedWebhook, WebhookRejection};
 pub use x402_core::{self as core, Engine, Offer, Route, VerifiedPayment};
-pub use x402_tower::{Paywall, PaywallBody, PaywallLayer};
+pub use x402_tower::{Paywall, PaywallBody};

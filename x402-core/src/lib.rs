@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
+pub mod boundary;
 pub mod challenge;
 pub mod claim;
 pub mod codec;
@@ -28,7 +29,8 @@ mod unix;
 pub mod webhook;
 
 pub use engine::{
-    Completion, Decision, Engine, EngineBuilder, PaidRequest, SessionCall, VerifiedPayment,
+    BoundRoute, Completion, Decision, Engine, EngineBuilder, PaidRequest, SessionCall,
+    VerifiedPayment,
 };
 pub use facilitator::Facilitator;
 pub use route::{Asset, Offer, Route};

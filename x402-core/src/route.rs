@@ -17,11 +17,12 @@
 //! assert!(route.matches(&http::Method::POST, "/weather/paris").is_none());
 //! ```
 //!
-//! Paths are compared the way a careful paywall must: case-insensitively,
-//! percent-decoded, with `\` read as `/`, repeated and trailing slashes
-//! dropped and dot segments resolved, so no spelling of a paid path slips
-//! past it. `HEAD` requests match `GET` routes, as routers serve them with the
-//! `GET` handler.
+//! [`Route::matches`] compares a path the way a careful paywall reads it:
+//! case-insensitively, percent-decoded, with `\` read as `/`, repeated and
+//! trailing slashes dropped and dot segments resolved. Whether a request is
+//! protected is decided more broadly than by any one reading: see
+//! [`boundary`](crate::boundary) for the rule. `HEAD` requests match `GET`
+//! routes, as routers serve them with the `GET` handler.
 //!
 //! Pattern syntax: literal segments, `:name` / `{name}` / `[name]` for one
 //! segment, `*` for one segment in the middle or the rest of the path at the
@@ -224,10 +225,18 @@ impl IntoPrice for crate::money::AtomicAmount {
 pub struct RequestView<'a> {
     /// The method.
     pub method: &'a Method,
-    /// The URI (path and query; scheme and authority when the server has them).
+    /// The URI as the client sent it: the whole path, before any router
+    /// stripped a prefix (axum's `OriginalUri` inside `nest`), with the
+    /// query.
     pub uri: &'a Uri,
     /// The headers.
     pub headers: &'a HeaderMap,
+    /// The route template the router dispatched the request on, when the
+    /// framework says (axum's `MatchedPath`, actix-web's `match_pattern()`),
+    /// in the router's own syntax (`/weather/{city}`). A protected route
+    /// whose pattern covers it protects the request, whatever its path
+    /// reads as; see [`boundary`](crate::boundary).
+    pub route_template: Option<&'a str>,
 }
 
 impl<'a> RequestView<'a> {
@@ -237,7 +246,15 @@ impl<'a> RequestView<'a> {
             method,
             uri,
             headers,
+            route_template: None,
         }
+    }
+
+    /// Sets the route template the router dispatched the request on.
+    #[must_use]
+    pub fn route_template(mut self, template: Option<&'a str>) -> Self {
+        self.route_template = template;
+        self
     }
 
     /// A view of `http::request::Parts`.
@@ -461,27 +478,22 @@ impl Route {
         self.method.as_ref()
     }
 
-    /// Whether the route covers a request, with the path parameters it binds.
+    /// Whether the route covers a request, with the path parameters it binds
+    /// (the path read normalised; see the [module docs](self)).
     pub fn matches(&self, method: &Method, path: &str) -> Option<Vec<(String, String)>> {
-        if let Some(m) = &self.method {
-            let head_as_get = *m == Method::GET && *method == Method::HEAD;
-            if m != method && !head_as_get {
-                return None;
-            }
+        if !self.allows(method) {
+            return None;
         }
         self.pattern.as_ref().ok()?.matches(path)
     }
 
-    /// Whether the route covers a request whose path was already normalised
-    /// with [`normalize_path`] (no allocation).
-    pub(crate) fn covers(&self, method: &Method, segments: &[Cow<'_, str>]) -> bool {
-        if let Some(m) = &self.method {
-            let head_as_get = *m == Method::GET && *method == Method::HEAD;
-            if m != method && !head_as_get {
-                return false;
-            }
+    /// Whether the route applies to requests of `method` (`HEAD` to `GET`
+    /// routes too).
+    pub(crate) fn allows(&self, method: &Method) -> bool {
+        match &self.method {
+            Some(m) => m == method || (*m == Method::GET && *method == Method::HEAD),
+            None => true,
         }
-        self.pattern.as_ref().is_ok_and(|p| p.covers(segments))
     }
 }
 
@@ -492,10 +504,14 @@ pub struct PathPattern {
     segments: Vec<Segment>,
 }
 
+/// One segment of a [`PathPattern`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Segment {
+pub(crate) enum Segment {
+    /// Percent-decoded and ASCII-lowercased.
     Literal(String),
+    /// One segment.
     Param(String),
+    /// The rest of the path, possibly nothing.
     Rest(String),
 }
 
@@ -579,8 +595,21 @@ impl PathPattern {
         out
     }
 
-    /// Whether normalised segments match, without binding parameters.
-    fn covers(&self, segs: &[Cow<'_, str>]) -> bool {
+    pub(crate) fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// Whether a parameter or wildcard could take part of a path.
+    pub(crate) fn has_variables(&self) -> bool {
+        self.segments
+            .iter()
+            .any(|s| !matches!(s, Segment::Literal(_)))
+    }
+
+    /// Whether segments (decoded and ASCII-lowercased) match, without
+    /// binding parameters. A parameter takes any one segment, even an empty
+    /// one.
+    pub(crate) fn covers(&self, segs: &[Cow<'_, str>]) -> bool {
         let mut i = 0;
         for seg in &self.segments {
             match seg {
@@ -629,14 +658,14 @@ impl PathPattern {
 }
 
 fn normalize_segment(s: &str) -> String {
-    percent_decode(s).to_lowercase()
+    percent_decode(s).to_ascii_lowercase()
 }
 
 /// Splits a request path into normalised segments: percent-decoded,
-/// lower-cased, `\` read as `/`, empty and `.` segments dropped, `..`
+/// ASCII-lowercased, `\` read as `/`, empty and `.` segments dropped, `..`
 /// resolved. A path that needs none of that (the common case) is split
 /// without copying.
-pub(crate) fn normalize_path(path: &str) -> Vec<Cow<'_, str>> {
+fn normalize_path(path: &str) -> Vec<Cow<'_, str>> {
     let path = path.split(['?', '#']).next().unwrap_or_default();
     let clean = path
         .bytes()
@@ -649,7 +678,7 @@ pub(crate) fn normalize_path(path: &str) -> Vec<Cow<'_, str>> {
     } else {
         let decoded = percent_decode(path).replace('\\', "/");
         for seg in decoded.split('/') {
-            push_segment(&mut out, Cow::Owned(seg.to_lowercase()));
+            push_segment(&mut out, Cow::Owned(seg.to_ascii_lowercase()));
         }
     }
     out

@@ -80,11 +80,10 @@ async fn v1_body_holds_only_rows_strict_v1_clients_accept() {
                     Asset::new("0x5FbDB2315678afecb367f032d93F642f64180aa3", 6).eip712("USDC", "2"),
                 )),
         )
+        .public_origin("http://api.example.test")
         .build()
         .unwrap();
-    let req = http::Request::get("http://api.example.test/report?id=7")
-        .body(())
-        .unwrap();
+    let req = http::Request::get("/report?id=7").body(()).unwrap();
     let (parts, ()) = req.into_parts();
     let Decision::Respond(resp) = engine.process(RequestView::from_parts(&parts)).await else {
         panic!("expected a challenge");
@@ -242,6 +241,7 @@ async fn process_now_decides_what_needs_no_waiting_and_agrees_with_process() {
 
     let engine = Engine::builder(SupportedOnly)
         .route(Route::get("/r").offer(Offer::exact("eip155:84532", "$0.001", PAY_TO)))
+        .trust_proxy_headers()
         .build()
         .unwrap();
     let now = |p: &http::request::Parts| engine.process_now(RequestView::from_parts(p));
@@ -353,4 +353,111 @@ async fn process_now_waits_for_hooks_that_inspect_requests() {
         engine.process_now(RequestView::from_parts(&free)),
         Some(Immediate::Pass)
     ));
+}
+
+/// The challenge names the configured public origin, whatever `Host`,
+/// `X-Forwarded-*` or absolute-form target the client sends; an engine
+/// without one names `http://localhost`, never the client's choice.
+#[tokio::test]
+async fn resource_urls_come_from_the_public_origin_never_from_the_client() {
+    let build =
+        |origin: Option<&str>| {
+            let builder = Engine::builder(SupportedOnly)
+                .route(Route::get("/r").offer(Offer::exact("eip155:84532", "$0.001", PAY_TO)));
+            match origin {
+                Some(origin) => builder.public_origin(origin),
+                None => builder,
+            }
+            .build()
+            .unwrap()
+        };
+    let hostile: &[(&str, &str)] = &[
+        ("host", "evil.example"),
+        ("x-forwarded-host", "evil.example"),
+        ("x-forwarded-proto", "https"),
+    ];
+    for (engine, expected) in [
+        (
+            build(Some("https://API.example.com/")),
+            "https://api.example.com/r?x=1",
+        ),
+        (
+            build(Some("http://127.0.0.1:4021")),
+            "http://127.0.0.1:4021/r?x=1",
+        ),
+        (build(None), "http://localhost/r?x=1"),
+    ] {
+        for uri in ["/r?x=1", "http://evil.example/r?x=1"] {
+            let p = parts(uri, hostile);
+            for _ in 0..2 {
+                // The second answer is the ready-made one.
+                let Decision::Respond(resp) = engine.process(RequestView::from_parts(&p)).await
+                else {
+                    panic!("expected a challenge");
+                };
+                assert_eq!(resource_url(&resp), expected, "{uri}");
+            }
+        }
+        assert_eq!(engine.origin(&parts("/", hostile).headers), {
+            let end = expected.find("/r?").unwrap();
+            &expected[..end]
+        });
+    }
+}
+
+#[test]
+fn a_public_origin_is_scheme_and_authority_only() {
+    for bad in [
+        "api.example.com",
+        "ftp://api.example.com",
+        "https://api.example.com/v1",
+        "https://api.example.com?x=1",
+        "https://user@api.example.com",
+        "https://",
+    ] {
+        let built = Engine::builder(SupportedOnly).public_origin(bad).build();
+        assert!(
+            matches!(
+                built,
+                Err(x402_core::engine::ConfigError::PublicOrigin { .. })
+            ),
+            "{bad} accepted"
+        );
+    }
+}
+
+/// Behind a trusted proxy, the proxy's headers name the origin: the first
+/// value of a list, and nothing that would change the URL's shape.
+#[tokio::test]
+async fn a_trusted_proxy_names_the_origin() {
+    let engine = Engine::builder(SupportedOnly)
+        .route(Route::get("/r").offer(Offer::exact("eip155:84532", "$0.001", PAY_TO)))
+        .trust_proxy_headers()
+        .build()
+        .unwrap();
+    for (headers, expected) in [
+        (
+            vec![
+                ("host", "internal:8080"),
+                ("x-forwarded-host", "api.example.com, proxy.internal"),
+                ("x-forwarded-proto", "https, http"),
+            ],
+            "https://api.example.com/r",
+        ),
+        (
+            vec![("host", "api.example.com")],
+            "http://api.example.com/r",
+        ),
+        (
+            vec![("host", "api.example.com"), ("x-forwarded-host", "a/b@c")],
+            "http://api.example.com/r",
+        ),
+        (vec![], "http://localhost/r"),
+    ] {
+        let p = parts("/r", &headers);
+        let Decision::Respond(resp) = engine.process(RequestView::from_parts(&p)).await else {
+            panic!("expected a challenge");
+        };
+        assert_eq!(resource_url(&resp), expected);
+    }
 }

@@ -76,6 +76,7 @@ impl Facilitator for Stub {
 
 fn engine(settle: Settle, webhooks: &Webhooks) -> Engine {
     Engine::builder(Stub(settle))
+        .public_origin("http://shop.example.test")
         .route(
             Route::get("/report")
                 .offer(Offer::exact("eip155:84532", "$0.01", PAY_TO))
@@ -639,6 +640,7 @@ async fn buying_a_session_emits_session_opened_with_the_settlement() {
     let webhooks = fast(&rx.url, vec![secret], 3);
     let _worker = webhooks.start();
     let engine = Engine::builder(Stub(Settle::Ok))
+        .public_origin("http://shop.example.test")
         .route(
             Route::get("/report")
                 .offer(Offer::exact("eip155:84532", "$0.01", PAY_TO))

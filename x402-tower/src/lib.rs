@@ -41,6 +41,18 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # What is protected
+//!
+//! [`PaywallLayer::new`] protects what the engine's route table covers, by
+//! the rule of [`x402_core::boundary`]: every reading of the request's path
+//! a router could make is checked, and paths whose meaning depends on the
+//! decoder are refused with 400 where a parameter could take them. Put it
+//! in front of the router, where the request's URI is the one the client
+//! sent, or tell it what the router decided with
+//! [`read_dispatch`](PaywallLayer::read_dispatch) (inside axum, use
+//! `x402_axum::PaywallLayer`, which does). [`PaywallLayer::route`] binds one
+//! route to the one handler it wraps.
+//!
 //! # Bodies
 //!
 //! Routes that settle after the handler (the default) hold the handler's body
@@ -52,11 +64,13 @@
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
 mod body;
+mod dispatch;
 mod future;
 mod layer;
 mod service;
 
 pub use self::body::PaywallBody;
+pub use self::dispatch::{Dispatch, ReadDispatch};
 pub use self::future::ResponseFuture;
 pub use self::layer::PaywallLayer;
 pub use self::service::Paywall;

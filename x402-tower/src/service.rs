@@ -7,22 +7,38 @@ use tower_service::Service;
 use x402_core::{
     engine::{handler_failed_response, Completion, Decision, Immediate, PaidRequest},
     route::{RequestView, SettlementTiming},
-    Engine,
+    BoundRoute, Engine,
 };
 
-use crate::{PaywallBody, ResponseFuture};
+use crate::{dispatch::ReadDispatch, PaywallBody, ResponseFuture};
 
 /// The paywall middleware built by [`PaywallLayer`](crate::PaywallLayer).
 #[derive(Debug, Clone)]
 pub struct Paywall<S> {
     inner: S,
     engine: Engine,
+    bound: Option<BoundRoute>,
+    read_dispatch: ReadDispatch,
 }
 
 impl<S> Paywall<S> {
-    /// Wraps `inner` with the paywall driven by `engine`.
+    /// Wraps `inner` with the paywall driven by `engine`'s route table.
     pub fn new(inner: S, engine: Engine) -> Self {
-        Self { inner, engine }
+        Self::with_parts(inner, engine, None, crate::dispatch::nothing)
+    }
+
+    pub(crate) fn with_parts(
+        inner: S,
+        engine: Engine,
+        bound: Option<BoundRoute>,
+        read_dispatch: ReadDispatch,
+    ) -> Self {
+        Self {
+            inner,
+            engine,
+            bound,
+            read_dispatch,
+        }
     }
 
     /// The inner service.
@@ -68,8 +84,11 @@ where
         // Unprotected requests and ready-made 402s are decided here, with no
         // clone of the inner service and no boxed engine future.
         let now = {
-            let view = RequestView::new(request.method(), request.uri(), request.headers());
-            self.engine.process_now(view)
+            let view = view(&request, self.read_dispatch);
+            match &self.bound {
+                Some(route) => route.process_now(view),
+                None => self.engine.process_now(view),
+            }
         };
         match now {
             Some(Immediate::Pass) => {
@@ -89,12 +108,15 @@ where
         // tower-service's docs).
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let engine = self.engine.clone();
+        let (engine, bound, read) = (self.engine.clone(), self.bound.clone(), self.read_dispatch);
 
         ResponseFuture::boxed(async move {
             let decision = {
-                let view = RequestView::new(request.method(), request.uri(), request.headers());
-                engine.process(view).await
+                let view = view(&request, read);
+                match &bound {
+                    Some(route) => route.process(view).await,
+                    None => engine.process(view).await,
+                }
             };
             let paid = match decision {
                 Decision::Pass => {
@@ -111,6 +133,15 @@ where
             Box::pin(serve_paid(paid, inner, request)).await
         })
     }
+}
+
+/// The engine's view of a request: the URI the client sent and the
+/// template the router matched, where the router says.
+fn view<B>(request: &Request<B>, read: ReadDispatch) -> RequestView<'_> {
+    let dispatch = read(request.extensions());
+    let uri = dispatch.original_uri.unwrap_or(request.uri());
+    RequestView::new(request.method(), uri, request.headers())
+        .route_template(dispatch.route_template)
 }
 
 /// The handler and settlement for a verified payment or redeemed session

@@ -54,6 +54,7 @@ use tracing::Instrument;
 
 use crate::unix::now as unix_now;
 use crate::{
+    boundary::Lookup,
     claim::ReplayGuard,
     codec,
     facilitator::{Facilitator, FacilitatorError},
@@ -92,7 +93,11 @@ pub struct Engine {
 
 struct Inner {
     facilitator: Arc<dyn Facilitator>,
-    routes: Vec<CompiledRoute>,
+    routes: Vec<Arc<CompiledRoute>>,
+    /// Routes bound to one handler each ([`Engine::bind`]): not matched
+    /// against paths, listed by discovery.
+    bound: std::sync::Mutex<Vec<Arc<CompiledRoute>>>,
+    origin: Origin,
     hooks: Vec<Arc<dyn PaymentHooks>>,
     /// Whether any hook implements `on_protected_request`.
     inspects_requests: bool,
@@ -120,6 +125,44 @@ struct CompiledRoute {
     resolved: OnceCell<Arc<Resolved>>,
     /// The metrics series its 402s are counted in.
     series: crate::metrics::RouteSeries,
+    /// Set once a bound route was found served under another template.
+    mismatch_logged: std::sync::atomic::AtomicBool,
+}
+
+impl CompiledRoute {
+    /// Checks a route and resolves what needs nothing from the facilitator.
+    fn compile(route: Route) -> Result<Self, ConfigError> {
+        if let Err(e) = &route.pattern {
+            return Err(ConfigError::Pattern(e.clone()));
+        }
+        check_sessions(&route)?;
+        let resolved = OnceCell::new();
+        if let Pricing::Static(offers) = &route.pricing {
+            if offers.is_empty() {
+                return Err(ConfigError::NoOffers(route.pattern().to_owned()));
+            }
+            if route.timing == SettlementTiming::BeforeHandler
+                && offers.iter().any(|o| o.scheme == UPTO)
+            {
+                return Err(ConfigError::UptoBeforeHandler(route.pattern().to_owned()));
+            }
+            let needs = offers
+                .iter()
+                .chain(route.sessions.iter().flat_map(|s| &s.offers))
+                .any(resolve::needs_supported);
+            if !needs {
+                let r = resolve_route(&route, offers, None)?;
+                let _ = resolved.set(Arc::new(r));
+            }
+        }
+        let series = crate::metrics::RouteSeries::new(route.pattern());
+        Ok(Self {
+            route,
+            resolved,
+            series,
+            mismatch_logged: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
 }
 
 /// A route's offers as requirements, with what can be encoded once.
@@ -204,6 +247,44 @@ pub struct EngineBuilder {
     sessions: Arc<dyn SessionStore>,
     session_deadline: Duration,
     replay_guard: Option<ReplayGuard>,
+    origin: Result<Origin, ConfigError>,
+}
+
+/// Where the engine's absolute URLs (the challenge's `resource.url`,
+/// discovery) take their scheme and authority from.
+#[derive(Debug, Clone)]
+enum Origin {
+    /// Not configured: `http://localhost`, logged once.
+    Unset,
+    /// [`EngineBuilder::public_origin`]: `scheme://authority`.
+    Fixed { scheme: String, authority: String },
+    /// [`EngineBuilder::trust_proxy_headers`].
+    FromProxy,
+}
+
+impl Origin {
+    fn parse(origin: &str) -> Result<Self, ConfigError> {
+        let err = |reason| ConfigError::PublicOrigin {
+            origin: origin.to_owned(),
+            reason,
+        };
+        let uri: http::Uri = origin.parse().map_err(|_| err("not an absolute URL"))?;
+        let scheme = match uri.scheme_str() {
+            Some(s @ ("http" | "https")) => s.to_owned(),
+            _ => return Err(err("the scheme must be http or https")),
+        };
+        let authority = uri.authority().ok_or_else(|| err("no host"))?;
+        if authority.host().is_empty() || authority.as_str().contains('@') {
+            return Err(err("the authority must be a host and optional port"));
+        }
+        if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+            return Err(err("an origin has no path or query"));
+        }
+        Ok(Self::Fixed {
+            scheme,
+            authority: authority.as_str().to_ascii_lowercase(),
+        })
+    }
 }
 
 impl fmt::Debug for EngineBuilder {
@@ -244,6 +325,14 @@ pub enum ConfigError {
     Session {
         /// The route's pattern.
         route: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// The configured public origin is not `scheme://host[:port]`.
+    #[error("public origin {origin:?}: {reason}")]
+    PublicOrigin {
+        /// The origin as given.
+        origin: String,
         /// Why.
         reason: &'static str,
     },
@@ -318,40 +407,39 @@ impl EngineBuilder {
         self
     }
 
+    /// The public origin of the API, `scheme://host[:port]`
+    /// (`https://api.example.com`): the challenge's `resource.url`, what the
+    /// facilitator is sent and the discovery documents are built from it
+    /// and the request's path. Without it (and without
+    /// [`trust_proxy_headers`](Self::trust_proxy_headers)) they name
+    /// `http://localhost`, and the engine says so once in its log: the
+    /// request's `Host` comes from the client, and an engine that believed
+    /// it would list `Host: evil.example` as its own URL.
+    pub fn public_origin(mut self, origin: impl AsRef<str>) -> Self {
+        self.origin = Origin::parse(origin.as_ref());
+        self
+    }
+
+    /// Builds URLs from each request's `X-Forwarded-Proto`,
+    /// `X-Forwarded-Host` and `Host` headers instead of a fixed
+    /// [`public_origin`](Self::public_origin) (replacing it).
+    ///
+    /// **Only behind a proxy that sets those headers itself**, overwriting
+    /// whatever the client sent: otherwise any client chooses the resource
+    /// URL written into its challenge, sent to the facilitator and listed by
+    /// discovery.
+    pub fn trust_proxy_headers(mut self) -> Self {
+        self.origin = Ok(Origin::FromProxy);
+        self
+    }
+
     /// Checks every route and builds the engine. Offers that need nothing
     /// from the facilitator are resolved and their challenges encoded now.
     pub fn build(self) -> Result<Engine, ConfigError> {
+        let origin = self.origin?;
         let mut routes = Vec::with_capacity(self.routes.len());
         for route in self.routes {
-            if let Err(e) = &route.pattern {
-                return Err(ConfigError::Pattern(e.clone()));
-            }
-            check_sessions(&route)?;
-            let resolved = OnceCell::new();
-            if let Pricing::Static(offers) = &route.pricing {
-                if offers.is_empty() {
-                    return Err(ConfigError::NoOffers(route.pattern().to_owned()));
-                }
-                if route.timing == SettlementTiming::BeforeHandler
-                    && offers.iter().any(|o| o.scheme == UPTO)
-                {
-                    return Err(ConfigError::UptoBeforeHandler(route.pattern().to_owned()));
-                }
-                let needs = offers
-                    .iter()
-                    .chain(route.sessions.iter().flat_map(|s| &s.offers))
-                    .any(resolve::needs_supported);
-                if !needs {
-                    let r = resolve_route(&route, offers, None)?;
-                    let _ = resolved.set(Arc::new(r));
-                }
-            }
-            let series = crate::metrics::RouteSeries::new(route.pattern());
-            routes.push(CompiledRoute {
-                route,
-                resolved,
-                series,
-            });
+            routes.push(Arc::new(CompiledRoute::compile(route)?));
         }
         let mut hooks: Vec<Arc<dyn PaymentHooks>> = Vec::with_capacity(self.hooks.len() + 1);
         if let Some(guard) = self.replay_guard {
@@ -363,6 +451,8 @@ impl EngineBuilder {
             inner: Arc::new(Inner {
                 facilitator: self.facilitator,
                 routes,
+                bound: std::sync::Mutex::new(Vec::new()),
+                origin,
                 hooks,
                 inspects_requests,
                 max_header_bytes: self.max_header_bytes,
@@ -521,6 +611,112 @@ fn enrich_bazaar(route: &Route, request: &RequestView<'_>, extensions: &JsonObje
     out
 }
 
+/// The 400 for a path whose meaning depends on the decoder (see
+/// [`boundary`](crate::boundary)).
+fn ambiguous(compiled: &CompiledRoute) -> EngineResponse {
+    tracing::debug!(
+        route = compiled.route.pattern(),
+        "x402: path depends on how it is decoded; refused"
+    );
+    crate::metrics::refusal(compiled.route.pattern(), &Refusal::AmbiguousPath);
+    response::refusal_response(&Refusal::AmbiguousPath, None, None, None)
+}
+
+/// A route bound to one handler by [`Engine::bind`]: every request it is
+/// asked about is this route's (for its method), whatever the request's
+/// path. A per-route layer (`x402_axum::PaywallLayer::route`, actix-web's
+/// `Resource::wrap`) holds one, so the price sits next to its handler and
+/// no second table can drift from the router's.
+///
+/// ```
+/// use http::{HeaderMap, Method, Uri};
+/// use x402_core::{engine::Decision, facilitator::HttpFacilitator, route::RequestView, Engine, Offer, Route};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+///
+/// let engine = Engine::builder(HttpFacilitator::new("http://127.0.0.1:4022")?).build()?;
+/// let weather = engine.bind(Route::get("/weather/{city}").offer(Offer::exact(
+///     "eip155:84532",
+///     "$0.001",
+///     "0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
+/// )))?;
+/// let (get, headers) = (Method::GET, HeaderMap::new());
+/// // Whatever path reached the handler, it is this route's.
+/// let odd: Uri = "/weather/%2e%2e".parse()?;
+/// let Decision::Respond(response) = weather.process(RequestView::new(&get, &odd, &headers)).await
+/// else {
+///     panic!("expected a challenge");
+/// };
+/// assert_eq!(response.status(), 402);
+/// // The engine's own table does not hold it.
+/// assert!(!engine.is_protected(RequestView::new(&get, &odd, &headers)));
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct BoundRoute {
+    engine: Engine,
+    compiled: Arc<CompiledRoute>,
+}
+
+impl fmt::Debug for BoundRoute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BoundRoute")
+            .field("route", &self.compiled.route.pattern())
+            .finish_non_exhaustive()
+    }
+}
+
+impl BoundRoute {
+    /// The route.
+    pub fn route(&self) -> &Route {
+        &self.compiled.route
+    }
+
+    /// The engine it belongs to.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// As [`Engine::process_now`], for this route.
+    pub fn process_now(&self, request: RequestView<'_>) -> Option<Immediate> {
+        if !self.admits(&request) {
+            return Some(Immediate::Pass);
+        }
+        self.engine
+            .challenge_now(&self.compiled, &request)
+            .map(Immediate::Respond)
+    }
+
+    /// As [`Engine::process`], for this route.
+    pub async fn process(&self, request: RequestView<'_>) -> Decision {
+        if !self.admits(&request) {
+            return Decision::Pass;
+        }
+        self.engine.process_route(&self.compiled, request).await
+    }
+
+    /// Whether the route applies to the request's method. A router template
+    /// that the route's pattern does not cover is logged once: discovery
+    /// lists the pattern, not where the handler is served.
+    fn admits(&self, request: &RequestView<'_>) -> bool {
+        let route = &self.compiled.route;
+        if let (Some(template), Ok(pattern)) = (request.route_template, &route.pattern) {
+            if !crate::boundary::covers_template(pattern, template)
+                && !self
+                    .compiled
+                    .mismatch_logged
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::warn!(
+                    route = route.pattern(),
+                    served_at = template,
+                    "x402: a bound route is served under another path; discovery lists its own"
+                );
+            }
+        }
+        route.allows(request.method)
+    }
+}
+
 /// A decision [`Engine::process_now`] could make without waiting.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -587,10 +783,10 @@ pub struct SessionCall {
 }
 
 /// How a request's resource is described in challenges.
-fn resource_for(route: &Route, request: &RequestView<'_>) -> v2::ResourceInfo {
+fn resource_for(route: &Route, url: RequestUrl<'_>) -> v2::ResourceInfo {
     let url = match &route.resource_url {
         Some(url) => url.clone(),
-        None => RequestUrl::of(request).to_string(),
+        None => url.to_string(),
     };
     v2::ResourceInfo {
         url,
@@ -607,6 +803,7 @@ fn ready_challenge(
     compiled: &CompiledRoute,
     resolved: &Resolved,
     request: &RequestView<'_>,
+    url: RequestUrl<'_>,
 ) -> Option<EngineResponse> {
     let headers = request.headers;
     if headers.contains_key(codec::PAYMENT_SIGNATURE)
@@ -621,14 +818,14 @@ fn ready_challenge(
     }
     let response = match &resolved.fixed {
         Some((_, encoded)) => response::challenge_response(encoded),
-        None => resolved.cached_challenge_response(&RequestUrl::of(request))?,
+        None => resolved.cached_challenge_response(&url)?,
     };
     compiled.series.payment_required();
     Some(response)
 }
 
-/// The request's absolute URL, in pieces: the URI's own scheme and authority
-/// if it has them, else `Host` (and `X-Forwarded-Proto`, else `http`).
+/// The request's absolute URL, in pieces: the engine's public origin (see
+/// [`EngineBuilder::public_origin`]) and the request's path and query.
 #[derive(Debug, Clone, Copy)]
 struct RequestUrl<'a> {
     scheme: &'a str,
@@ -637,32 +834,13 @@ struct RequestUrl<'a> {
 }
 
 impl<'a> RequestUrl<'a> {
-    fn of(request: &RequestView<'a>) -> Self {
+    fn of(origin: &'a Origin, request: &RequestView<'a>) -> Self {
         let uri = request.uri;
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
-        if let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) {
-            return Self {
-                scheme,
-                authority: authority.as_str(),
-                path,
-            };
-        }
-        static X_FORWARDED_PROTO: http::HeaderName =
-            http::HeaderName::from_static("x-forwarded-proto");
-        let headers = request.headers;
-        let header = |name: &http::HeaderName| {
-            headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_graphic()))
-        };
-        let scheme = match header(&X_FORWARDED_PROTO) {
-            Some("https") => "https",
-            _ => "http",
-        };
+        let (scheme, authority) = origin.parts(request.headers);
         Self {
             scheme,
-            authority: header(&http::header::HOST).unwrap_or("localhost"),
+            authority,
             path,
         }
     }
@@ -674,6 +852,59 @@ impl<'a> RequestUrl<'a> {
             .and_then(|rest| rest.strip_prefix(self.authority))
             == Some(self.path)
     }
+}
+
+impl Origin {
+    /// The scheme and authority of URLs written for a request with these
+    /// headers.
+    fn parts<'a>(&'a self, headers: &'a HeaderMap) -> (&'a str, &'a str) {
+        match self {
+            Self::Fixed { scheme, authority } => (scheme, authority),
+            Self::FromProxy => {
+                static X_FORWARDED_PROTO: http::HeaderName =
+                    http::HeaderName::from_static("x-forwarded-proto");
+                static X_FORWARDED_HOST: http::HeaderName =
+                    http::HeaderName::from_static("x-forwarded-host");
+                // The first value of a list: the one the outermost proxy set.
+                let header = |name: &http::HeaderName| {
+                    headers
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.split(',').next())
+                        .map(str::trim)
+                        .filter(|v| is_authority(v))
+                };
+                let scheme = match header(&X_FORWARDED_PROTO) {
+                    Some(p) if p.eq_ignore_ascii_case("https") => "https",
+                    _ => "http",
+                };
+                let authority = header(&X_FORWARDED_HOST)
+                    .or_else(|| header(&http::header::HOST))
+                    .unwrap_or("localhost");
+                (scheme, authority)
+            }
+            Self::Unset => {
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    tracing::warn!(
+                        "x402: no public origin configured; resource URLs name http://localhost \
+                         (set EngineBuilder::public_origin)"
+                    );
+                });
+                ("http", "localhost")
+            }
+        }
+    }
+}
+
+/// Whether a header value can stand as a URL's authority: a host name or
+/// address and an optional port, nothing that would change the URL's shape.
+fn is_authority(value: &str) -> bool {
+    !value.is_empty()
+        && value.len() <= 255
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b))
 }
 
 impl fmt::Display for RequestUrl<'_> {
@@ -706,6 +937,7 @@ impl Engine {
             sessions: Arc::new(MemorySessionStore::new()),
             session_deadline: Duration::from_millis(250),
             replay_guard: Some(ReplayGuard::memory()),
+            origin: Ok(Origin::Unset),
         }
     }
 
@@ -726,8 +958,14 @@ impl Engine {
             http::Uri::from_static("/"),
             HeaderMap::new(),
         );
-        let mut out = Vec::with_capacity(self.inner.routes.len());
-        for compiled in &self.inner.routes {
+        let bound = self
+            .inner
+            .bound
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let mut out = Vec::with_capacity(self.inner.routes.len() + bound.len());
+        for compiled in self.inner.routes.iter().chain(&bound) {
             let route = &compiled.route;
             let description = match &route.pricing {
                 Pricing::Dynamic(_) => {
@@ -774,17 +1012,57 @@ impl Engine {
         out
     }
 
-    /// Whether a request falls under a protected route (no I/O).
+    /// Whether a request falls under a protected route (no I/O). A request
+    /// whose path is [ambiguous](crate::boundary) counts as protected.
     pub fn is_protected(&self, request: RequestView<'_>) -> bool {
-        self.find_route(&request).is_some()
+        !matches!(self.lookup(&request), Lookup::Free)
     }
 
-    fn find_route(&self, request: &RequestView<'_>) -> Option<&CompiledRoute> {
-        let segments = crate::route::normalize_path(request.uri.path());
+    fn lookup(&self, request: &RequestView<'_>) -> Lookup<&Arc<CompiledRoute>> {
+        crate::boundary::lookup(
+            &self.inner.routes,
+            |r| &r.route,
+            request.method,
+            request.uri.path(),
+            request.route_template,
+        )
+    }
+
+    /// Binds `route` to one handler: the returned [`BoundRoute`] protects
+    /// every request it is asked about, whatever its path, so the price sits
+    /// where the handler is declared and no path matching can miss it. The
+    /// route is checked as [`EngineBuilder::build`] checks routes, and
+    /// listed by [discovery](crate::discovery) after the engine's own.
+    ///
+    /// Bound routes are not part of the engine's route table: a request is
+    /// priced by a bound route only where its adapter (a per-route layer)
+    /// asks it.
+    pub fn bind(&self, route: Route) -> Result<BoundRoute, ConfigError> {
+        let compiled = Arc::new(CompiledRoute::compile(route)?);
         self.inner
-            .routes
-            .iter()
-            .find(|r| r.route.covers(request.method, &segments))
+            .bound
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(compiled.clone());
+        Ok(BoundRoute {
+            engine: self.clone(),
+            compiled,
+        })
+    }
+
+    /// The origin (`scheme://authority`) of the URLs the engine writes for a
+    /// request with these headers: the configured
+    /// [`public_origin`](EngineBuilder::public_origin), the proxy's headers
+    /// when [trusted](EngineBuilder::trust_proxy_headers), else
+    /// `http://localhost`.
+    pub fn origin(&self, headers: &HeaderMap) -> String {
+        let (scheme, authority) = self.inner.origin.parts(headers);
+        format!("{scheme}://{authority}")
+    }
+
+    /// Whether the origin depends on the request's headers.
+    pub fn origin_from_headers(&self) -> bool {
+        matches!(self.inner.origin, Origin::FromProxy)
     }
 
     async fn supported(&self) -> Result<Arc<SupportedResponse>, FacilitatorError> {
@@ -894,11 +1172,13 @@ impl Engine {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn process_now(&self, request: RequestView<'_>) -> Option<Immediate> {
-        let Some(compiled) = self.find_route(&request) else {
-            return Some(Immediate::Pass);
-        };
-        self.challenge_now(compiled, &request)
-            .map(Immediate::Respond)
+        match self.lookup(&request) {
+            Lookup::Free => Some(Immediate::Pass),
+            Lookup::Ambiguous(compiled) => Some(Immediate::Respond(ambiguous(compiled))),
+            Lookup::Protected(compiled) => self
+                .challenge_now(compiled, &request)
+                .map(Immediate::Respond),
+        }
     }
 
     /// The ready-made 402 for `request`, when no hook needs to see it first
@@ -914,16 +1194,28 @@ impl Engine {
         let Pricing::Static(_) = &compiled.route.pricing else {
             return None;
         };
-        ready_challenge(compiled, compiled.resolved.get()?, request)
+        let url = RequestUrl::of(&self.inner.origin, request);
+        ready_challenge(compiled, compiled.resolved.get()?, request, url)
     }
 
     /// Decides what to do with a request: pass it through, answer it (402,
-    /// 502, 503, ...), or let the handler run for a verified payment or a
-    /// redeemed session call.
+    /// 400 for an [ambiguous path](crate::boundary), 502, 503, ...), or let
+    /// the handler run for a verified payment or a redeemed session call.
     pub async fn process(&self, request: RequestView<'_>) -> Decision {
-        let Some(compiled) = self.find_route(&request) else {
-            return Decision::Pass;
-        };
+        match self.lookup(&request) {
+            Lookup::Free => Decision::Pass,
+            Lookup::Ambiguous(compiled) => Decision::Respond(ambiguous(compiled)),
+            Lookup::Protected(compiled) => self.process_route(compiled, request).await,
+        }
+    }
+
+    /// [`process`](Self::process) for a request known to fall under
+    /// `compiled`.
+    async fn process_route(
+        &self,
+        compiled: &Arc<CompiledRoute>,
+        request: RequestView<'_>,
+    ) -> Decision {
         if let Some(response) = self.challenge_now(compiled, &request) {
             return Decision::Respond(response);
         }
@@ -1006,13 +1298,14 @@ impl Engine {
             .extensions
             .contains_key(crate::discovery::bazaar::BAZAAR);
         if header.is_none() && session_refusal.is_none() {
-            if let Some(response) = ready_challenge(compiled, &resolved, &request) {
+            let url = RequestUrl::of(&self.inner.origin, &request);
+            if let Some(response) = ready_challenge(compiled, &resolved, &request, url) {
                 return Decision::Respond(response);
             }
         }
         let resource = match &resolved.fixed {
             Some((resource, _)) => resource.clone(),
-            None => resource_for(route, &request),
+            None => resource_for(route, RequestUrl::of(&self.inner.origin, &request)),
         };
         let enriched = bazaar.then(|| enrich_bazaar(route, &request, &resolved.extensions));
         let Some(header) = header else {
@@ -1063,7 +1356,7 @@ impl Engine {
     /// hooks (claims).
     async fn pay(
         &self,
-        compiled: &CompiledRoute,
+        compiled: &Arc<CompiledRoute>,
         resolved: Arc<Resolved>,
         resource: v2::ResourceInfo,
         enriched: Option<JsonObject>,
@@ -1201,7 +1494,7 @@ impl Engine {
         let session = matched.session;
         Decision::Paid(Box::new(PaidRequest {
             engine: self.clone(),
-            route_index: self.route_index(compiled),
+            route: compiled.clone(),
             payment,
             finished: false,
             kind: Kind::Payment(Box::new(PaymentState {
@@ -1220,7 +1513,7 @@ impl Engine {
 
     async fn redeem(
         &self,
-        compiled: &CompiledRoute,
+        compiled: &Arc<CompiledRoute>,
         resolved: &Arc<Resolved>,
         scope: &str,
         token: &HeaderValue,
@@ -1290,7 +1583,7 @@ impl Engine {
         };
         Ok(Box::new(PaidRequest {
             engine: self.clone(),
-            route_index: self.route_index(compiled),
+            route: compiled.clone(),
             payment,
             finished: false,
             kind: Kind::Session {
@@ -1298,18 +1591,6 @@ impl Engine {
                 remaining,
             },
         }))
-    }
-
-    fn route_index(&self, compiled: &CompiledRoute) -> usize {
-        self.inner
-            .routes
-            .iter()
-            .position(|r| std::ptr::eq(r, compiled))
-            .unwrap_or_default()
-    }
-
-    fn route_at(&self, index: usize) -> Option<&Route> {
-        self.inner.routes.get(index).map(|r| &r.route)
     }
 
     fn parts<'a>(
@@ -1429,7 +1710,7 @@ fn hook_error_response(e: &HookError) -> EngineResponse {
 /// replay claim is released, and a session call is given back.
 pub struct PaidRequest {
     engine: Engine,
-    route_index: usize,
+    route: Arc<CompiledRoute>,
     payment: VerifiedPayment,
     finished: bool,
     kind: Kind,
@@ -1504,11 +1785,7 @@ impl PaidRequest {
 
     fn context<'a>(&'a self, state: &'a PaymentState) -> PaymentContext<'a> {
         PaymentContext {
-            route: self
-                .engine
-                .route_at(self.route_index)
-                .map(Route::pattern)
-                .unwrap_or_default(),
+            route: self.route.route.pattern(),
             payload: &state.request.payment_payload,
             requirements: &state.request.payment_requirements,
             network: &state.network,
@@ -1516,18 +1793,16 @@ impl PaidRequest {
     }
 
     fn refusal(&self, state: &PaymentState, refusal: &Refusal) -> EngineResponse {
-        let route = self.engine.route_at(self.route_index);
-        crate::metrics::refusal(route.map(Route::pattern).unwrap_or_default(), refusal);
-        let parts = route.map(|route| {
-            let mut parts = self.engine.parts(route, &state.resource, &state.resolved);
-            if let Some(extensions) = &state.extensions {
-                parts.extensions = extensions;
-            }
-            parts
-        });
+        crate::metrics::refusal(self.route.route.pattern(), refusal);
+        let mut parts = self
+            .engine
+            .parts(&self.route.route, &state.resource, &state.resolved);
+        if let Some(extensions) = &state.extensions {
+            parts.extensions = extensions;
+        }
         response::refusal_response(
             refusal,
-            parts.as_ref(),
+            Some(&parts),
             Some(self.payment.version),
             self.payment.payer.as_deref(),
         )
@@ -1883,7 +2158,7 @@ impl Drop for PaidRequest {
         // shutting down), this copy must not spawn again from its own Drop.
         let rest = PaidRequest {
             engine: self.engine.clone(),
-            route_index: self.route_index,
+            route: self.route.clone(),
             payment: self.payment.clone(),
             finished: true,
             kind: std::mem::replace(

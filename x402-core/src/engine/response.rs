@@ -61,6 +61,10 @@ pub enum Refusal {
     SettlementFailed(Box<SettleResponse>),
     /// The settlement's outcome is unknown: 502 `settlement_unknown`.
     SettlementUnknown,
+    /// A path whose meaning depends on how it is decoded, where a protected
+    /// route's parameter or wildcard could take it: 400 `ambiguous_path`
+    /// (see [`boundary`](crate::boundary)).
+    AmbiguousPath,
 }
 
 impl Refusal {
@@ -77,6 +81,7 @@ impl Refusal {
             Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Forbidden { status, .. } => *status,
+            Self::AmbiguousPath => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -96,6 +101,7 @@ impl Refusal {
                 .as_deref()
                 .unwrap_or("settlement_failed"),
             Self::SettlementUnknown => "settlement_unknown",
+            Self::AmbiguousPath => "ambiguous_path",
         }
     }
 

@@ -1,0 +1,107 @@
+//! The paywall layer, reading what axum's router decided.
+
+use axum::extract::{MatchedPath, OriginalUri};
+use http::Extensions;
+use tower_layer::Layer;
+use x402_core::{engine::ConfigError, Engine, Route};
+use x402_tower::{Dispatch, Paywall};
+
+/// The x402 paywall for axum: [`x402_tower::PaywallLayer`] told what axum's
+/// router decided.
+///
+/// It reads the route template that dispatched each request
+/// ([`MatchedPath`]) and the URI the client sent ([`OriginalUri`], the
+/// whole path even inside [`Router::nest`](axum::Router::nest), which strips
+/// its prefix before the layer runs). So every placement protects what it
+/// wraps, with the engine's routes declared by the path clients send:
+///
+/// - `Router::layer` and `Router::route_layer`: every route of the router,
+///   nested ones included;
+/// - a layer on one `MethodRouter` (`get(handler).layer(..)`);
+/// - a layer inside a nested router (`nest("/api", Router::new()...layer(..))`)
+///   or around a nested service (`nest_service("/api", layer.layer(svc))`);
+/// - a layer around the whole router (`ServiceBuilder`), where it sees the
+///   request before routing.
+///
+/// [`route`](Self::route) binds a price to the one route it wraps, next to
+/// its handler, with no table to keep in step.
+///
+/// ```
+/// use axum::{routing::get, Router};
+/// use x402_axum::{Payment, PaywallLayer};
+/// use x402_core::{Engine, Offer, Route};
+/// # use x402_core::facilitator::HttpFacilitator;
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let pay_to = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
+/// let engine = Engine::builder(HttpFacilitator::new("http://127.0.0.1:4022")?)
+///     .route(Route::get("/api/report").offer(Offer::exact("eip155:84532", "$0.01", pay_to)))
+///     .public_origin("https://api.example.com")
+///     .build()?;
+/// let paywall = PaywallLayer::new(engine);
+///
+/// async fn report(Payment(p): Payment) -> String { format!("paid by {:?}", p.payer) }
+/// async fn weather(Payment(p): Payment) -> String { format!("paid by {:?}", p.payer) }
+///
+/// let app: Router = Router::new()
+///     // Priced where it is declared.
+///     .route(
+///         "/weather/{city}",
+///         get(weather).layer(paywall.route(
+///             Route::get("/weather/{city}").offer(Offer::exact("eip155:84532", "$0.001", pay_to)),
+///         )?),
+///     )
+///     // Priced by the engine's table, by the full path.
+///     .nest("/api", Router::new().route("/report", get(report)).layer(paywall.clone()))
+///     .route("/health", get(|| async { "ok" }));
+/// # let _ = app; Ok(()) }
+/// ```
+///
+/// A `Router::layer` covers only the routes added before it, as every axum
+/// layer does: add paid routes first, or bind them with [`route`](Self::route).
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct PaywallLayer(x402_tower::PaywallLayer);
+
+impl PaywallLayer {
+    /// The paywall driven by `engine`'s route table.
+    pub fn new(engine: Engine) -> Self {
+        Self(x402_tower::PaywallLayer::new(engine).read_dispatch(axum_dispatch))
+    }
+
+    /// A paywall for the one route it wraps, priced by `route` (see
+    /// [`x402_tower::PaywallLayer::route`]). Declare `route` with the path
+    /// given to axum: discovery lists it, and a template it does not cover
+    /// is logged once.
+    pub fn route(&self, route: Route) -> Result<Self, ConfigError> {
+        Ok(Self(self.0.route(route)?))
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        self.0.engine()
+    }
+}
+
+impl From<Engine> for PaywallLayer {
+    fn from(engine: Engine) -> Self {
+        Self::new(engine)
+    }
+}
+
+impl<S> Layer<S> for PaywallLayer {
+    type Service = Paywall<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        self.0.layer(inner)
+    }
+}
+
+/// What axum's router left in the request: the original URI, and the
+/// template that matched (absent in fallbacks and for `nest_service`, whose
+/// tail axum keeps to itself).
+fn axum_dispatch(extensions: &Extensions) -> Dispatch<'_> {
+    let mut dispatch = Dispatch::default();
+    dispatch.original_uri = extensions.get::<OriginalUri>().map(|uri| &uri.0);
+    dispatch.route_template = extensions.get::<MatchedPath>().map(MatchedPath::as_str);
+    dispatch
+}

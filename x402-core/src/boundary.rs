@@ -1,0 +1,365 @@
+//! The protection boundary: which requests a paywall treats as protected.
+//!
+//! **A request is free only when no path a router could dispatch it on
+//! matches a protected route.**
+//!
+//! A paywall and a router that disagree about which handler a request
+//! reaches are a paywall that can be walked around. Routers read a request
+//! path in different ways: axum's matches the raw, still percent-encoded
+//! path (so `/weather/..` reaches `/weather/{city}` with `city = ".."`, and
+//! `/users//profile` reaches `/users/{id}/profile` with an empty `id`);
+//! actix-web's first decodes everything but `/`, `%` and `+` (so
+//! `/w%65ather/paris` reaches `/weather/{city}`); others also decode `%2F`,
+//! read `\` as `/` or resolve dot segments. The engine therefore decides with
+//! two sources, and a request is protected when either says so:
+//!
+//! 1. **The router's own decision**, where the framework tells it: the route
+//!    template that dispatched the request (axum's `MatchedPath`, actix-web's
+//!    `match_pattern()`), passed in
+//!    [`RequestView::route_template`](crate::route::RequestView::route_template).
+//!    A protected route whose pattern covers that template prices the
+//!    request. Adapters also hand the engine the path the client sent,
+//!    before any nesting stripped a prefix.
+//! 2. **Every reading of the path** a router could make: the raw segments
+//!    (empty segments kept, then dropped), and, for a path whose meaning
+//!    depends on the decoder, each combination of decoding `%2F` and `%5C`
+//!    into separators, reading `\` as `/`, and resolving dot segments (plain
+//!    ones only, or encoded ones too). Literal segments compare
+//!    percent-decoded and ignoring ASCII case; a parameter matches any one
+//!    segment, even an empty one; a wildcard matches the rest.
+//!
+//! A path whose meaning depends on the decoder (a segment that decodes to
+//! `.` or `..`, an encoded `/` or `\`, or a raw `\`) and that some reading
+//! matches to a route with a parameter or wildcard is answered **400
+//! `ambiguous_path`**, unless the router's template settled which route it
+//! is: whether a parameter swallowed a separator or a dot segment moved the
+//! request elsewhere is exactly what depends on the decoder. Such a path
+//! matching only literal routes is protected by the first one (402).
+//!
+//! A route bound to one handler ([`Engine::bind`](crate::Engine::bind))
+//! needs none of this: every request that reaches its layer is that route's.
+//!
+//! ```
+//! use http::{HeaderMap, Method, StatusCode, Uri};
+//! use x402_core::{engine::Decision, route::RequestView, Engine, Offer, Route};
+//! # use x402_core::facilitator::HttpFacilitator;
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!
+//! let engine = Engine::builder(HttpFacilitator::new("http://127.0.0.1:4022")?)
+//!     .route(Route::get("/weather/:city").offer(Offer::exact(
+//!         "eip155:84532",
+//!         "$0.001",
+//!         "0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
+//!     )))
+//!     .build()?;
+//! let (get, headers) = (Method::GET, HeaderMap::new());
+//! let status = |path: &'static str, template: Option<&'static str>| {
+//!     let engine = engine.clone();
+//!     let (get, headers) = (get.clone(), headers.clone());
+//!     async move {
+//!         let uri = Uri::from_static(path);
+//!         let view = RequestView::new(&get, &uri, &headers).route_template(template);
+//!         match engine.process(view).await {
+//!             Decision::Respond(response) => response.status(),
+//!             _ => StatusCode::OK,
+//!         }
+//!     }
+//! };
+//! assert_eq!(status("/weather/paris", None).await, StatusCode::PAYMENT_REQUIRED);
+//! assert_eq!(status("/Weather/Paris/", None).await, StatusCode::PAYMENT_REQUIRED);
+//! assert_eq!(status("/weather/..", None).await, StatusCode::BAD_REQUEST);
+//! assert_eq!(status("/weather/a%2Fb", None).await, StatusCode::BAD_REQUEST);
+//! assert_eq!(status("/forecast/paris", None).await, StatusCode::OK);
+//! // The router said which route took it: priced, not refused.
+//! let axum = Some("/weather/{city}");
+//! assert_eq!(status("/weather/..", axum).await, StatusCode::PAYMENT_REQUIRED);
+//! # Ok(()) }
+//! ```
+
+use std::borrow::Cow;
+
+use http::Method;
+
+use crate::route::{percent_decode, PathPattern, Route, Segment};
+
+/// Where a request falls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lookup<T> {
+    /// No route protects it.
+    Free,
+    /// This route protects it.
+    Protected(T),
+    /// Its meaning depends on the decoder, and under some reading this
+    /// route's parameter or wildcard would take it.
+    Ambiguous(T),
+}
+
+/// Finds the route protecting a request to `path` (its raw path, as the
+/// client sent it), dispatched on `template` if the router said so.
+pub(crate) fn lookup<'a, T>(
+    routes: &'a [T],
+    route: impl Fn(&T) -> &Route,
+    method: &Method,
+    path: &str,
+    template: Option<&str>,
+) -> Lookup<&'a T> {
+    let candidates = || {
+        routes.iter().filter_map(|r| {
+            let found = route(r);
+            let pattern = found.pattern.as_ref().ok()?;
+            found.allows(method).then_some((r, pattern))
+        })
+    };
+    if let Some(template) = template {
+        if let Some((i, _)) = candidates().find(|(_, p)| covers_template(p, template)) {
+            return Lookup::Protected(i);
+        }
+    }
+    let readings = Readings::of(path);
+    let mut segments = Vec::new();
+    for reading in readings.iter() {
+        reading.read(path, &mut segments);
+        if let Some((i, pattern)) = candidates().find(|(_, p)| p.covers(&segments)) {
+            return if readings.decoder_dependent && pattern.has_variables() {
+                Lookup::Ambiguous(i)
+            } else {
+                Lookup::Protected(i)
+            };
+        }
+    }
+    Lookup::Free
+}
+
+/// Whether `pattern` matches every path a router template matches: its
+/// literals equal (decoded, ignoring ASCII case), a parameter of the pattern
+/// over anything but a wildcard, and a wildcard of the pattern over the rest.
+///
+/// Templates are read in the syntax of axum (`{id}`, `{*rest}`) and
+/// actix-web (`{id}`, `{id:regex}`, `{tail}*`), and the engine's own
+/// (`:id`, `*`): a segment holding a `{` is a parameter, or a wildcard when
+/// it is `{*name}`, ends with `*`, or carries a regex that may match `/`.
+pub(crate) fn covers_template(pattern: &PathPattern, template: &str) -> bool {
+    let mut parts = template.split('/').filter(|s| !s.is_empty());
+    for segment in pattern.segments() {
+        match segment {
+            Segment::Rest(_) => return true,
+            Segment::Param(_) => match parts.next().map(TemplatePart::of) {
+                Some(TemplatePart::Literal(_) | TemplatePart::Param) => {}
+                Some(TemplatePart::Rest) | None => return false,
+            },
+            Segment::Literal(literal) => match parts.next().map(TemplatePart::of) {
+                Some(TemplatePart::Literal(raw)) if decoded_eq(raw, literal) => {}
+                _ => return false,
+            },
+        }
+    }
+    parts.next().is_none()
+}
+
+/// One segment of a router's template.
+enum TemplatePart<'a> {
+    Literal(&'a str),
+    Param,
+    Rest,
+}
+
+impl<'a> TemplatePart<'a> {
+    fn of(segment: &'a str) -> Self {
+        if segment.starts_with(':') && segment.len() > 1 {
+            return Self::Param;
+        }
+        if segment == "*" || segment.starts_with("{*") {
+            return Self::Rest;
+        }
+        if !segment.contains('{') {
+            return Self::Literal(segment);
+        }
+        // actix-web's tail segment `{tail}*`, and regexes that can cross a
+        // `/` (`{tail:.*}`).
+        let regex = segment.split_once(':').map(|(_, r)| r).unwrap_or_default();
+        let crosses = regex.contains(['.', '/'])
+            || ["\\W", "\\S", "\\D", "[^"]
+                .iter()
+                .any(|c| regex.contains(c));
+        if segment.ends_with('*') || crosses {
+            Self::Rest
+        } else {
+            Self::Param
+        }
+    }
+}
+
+/// Whether a raw segment, percent-decoded, is `literal` (already decoded
+/// and ASCII-lowercased), ignoring ASCII case.
+fn decoded_eq(raw: &str, literal: &str) -> bool {
+    if raw.contains('%') {
+        percent_decode(raw).eq_ignore_ascii_case(literal)
+    } else {
+        raw.eq_ignore_ascii_case(literal)
+    }
+}
+
+/// How dot segments are treated by one reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dots {
+    /// Kept as segments (a parameter can take them).
+    Keep,
+    /// `.` and `..` resolved as written; encoded ones kept.
+    Plain,
+    /// Resolved after decoding, encoded ones too.
+    Decoded,
+}
+
+/// One way a router may read a path.
+#[derive(Debug, Clone, Copy)]
+struct Reading {
+    /// `%2F` (and `%5C` with `backslash`) split segments.
+    decode_separators: bool,
+    /// `\` splits segments.
+    backslash: bool,
+    dots: Dots,
+    /// Empty segments are dropped (else a parameter can take one).
+    drop_empty: bool,
+}
+
+/// The readings a path needs, and whether its meaning depends on them.
+#[derive(Debug)]
+struct Readings {
+    encoded_separator: bool,
+    backslash: bool,
+    dot_segment: bool,
+    empty_segment: bool,
+    decoder_dependent: bool,
+}
+
+impl Readings {
+    fn of(path: &str) -> Self {
+        let bytes = path.as_bytes();
+        let has_percent = bytes.contains(&b'%');
+        let encoded = |code: &[u8]| {
+            has_percent
+                && bytes
+                    .windows(3)
+                    .any(|w| w[0] == b'%' && w[1..].eq_ignore_ascii_case(code))
+        };
+        let encoded_slash = encoded(b"2f");
+        let encoded_backslash = encoded(b"5c");
+        let backslash = bytes.contains(&b'\\') || encoded_backslash;
+        // Dots hidden behind `\` or an encoded separator count too.
+        let decoded = if has_percent {
+            Cow::Owned(percent_decode(path))
+        } else {
+            Cow::Borrowed(path)
+        };
+        let dot_segment = decoded.split(['/', '\\']).any(|s| s == "." || s == "..");
+        let empty_segment = segments_of(path.trim_end_matches('/')).any(str::is_empty);
+        Self {
+            encoded_separator: encoded_slash || encoded_backslash,
+            backslash,
+            dot_segment,
+            // Splitting on decoded separators can make empty segments too.
+            empty_segment: empty_segment || encoded_slash || backslash || dot_segment,
+            decoder_dependent: encoded_slash || backslash || dot_segment,
+        }
+    }
+
+    /// The readings, the raw ones (as axum and actix-web read a path) first:
+    /// where readings disagree, the route a router would pick comes first.
+    fn iter(&self) -> impl Iterator<Item = Reading> + '_ {
+        let choices = |present: bool| [false, true].into_iter().take(1 + usize::from(present));
+        let dots: &[Dots] = if self.dot_segment {
+            &[Dots::Keep, Dots::Plain, Dots::Decoded]
+        } else {
+            &[Dots::Keep]
+        };
+        choices(self.empty_segment).flat_map(move |drop_empty| {
+            choices(self.encoded_separator).flat_map(move |decode_separators| {
+                choices(self.backslash).flat_map(move |backslash| {
+                    dots.iter().map(move |&dots| Reading {
+                        decode_separators,
+                        backslash,
+                        dots,
+                        drop_empty,
+                    })
+                })
+            })
+        })
+    }
+}
+
+/// The raw segments of a path, after its leading `/`.
+fn segments_of(path: &str) -> impl Iterator<Item = &str> {
+    let mut parts = path.split('/');
+    if path.starts_with('/') {
+        parts.next();
+    }
+    parts
+}
+
+impl Reading {
+    /// The path's segments under this reading, percent-decoded and
+    /// ASCII-lowercased, with trailing empty segments dropped.
+    fn read<'a>(&self, path: &'a str, out: &mut Vec<Cow<'a, str>>) {
+        out.clear();
+        for raw in segments_of(path) {
+            if self.decode_separators && raw.contains('%') {
+                let decoded = percent_decode(raw);
+                let pieces = decoded.split(|c| c == '/' || (self.backslash && c == '\\'));
+                for piece in pieces {
+                    // Once decoded, a dot can no longer be told from an
+                    // encoded one: both count as written.
+                    self.push(out, piece == "." || piece == "..", || {
+                        Cow::Owned(piece.to_ascii_lowercase())
+                    });
+                }
+            } else if self.backslash && raw.contains('\\') {
+                for piece in raw.split('\\') {
+                    self.push(out, matches!(piece, "." | ".."), || normalise(piece));
+                }
+            } else {
+                self.push(out, matches!(raw, "." | ".."), || normalise(raw));
+            }
+        }
+        while out.last().is_some_and(|s| s.is_empty()) {
+            out.pop();
+        }
+    }
+
+    /// Adds one segment; `plain_dot` says it was written `.` or `..`.
+    fn push<'a>(
+        &self,
+        out: &mut Vec<Cow<'a, str>>,
+        plain_dot: bool,
+        segment: impl FnOnce() -> Cow<'a, str>,
+    ) {
+        let segment = segment();
+        let resolve = match self.dots {
+            Dots::Keep => false,
+            Dots::Plain => plain_dot,
+            Dots::Decoded => true,
+        };
+        match segment.as_ref() {
+            "" if self.drop_empty => {}
+            "." if resolve => {}
+            ".." if resolve => {
+                out.pop();
+            }
+            _ => out.push(segment),
+        }
+    }
+}
+
+/// A raw segment percent-decoded and ASCII-lowercased, borrowed when that
+/// changes nothing.
+fn normalise(raw: &str) -> Cow<'_, str> {
+    if raw.contains('%') {
+        Cow::Owned(percent_decode(raw).to_ascii_lowercase())
+    } else if raw.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(raw.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(raw)
+    }
+}
+
+#[cfg(test)]
+mod tests;

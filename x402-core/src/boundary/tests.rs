@@ -1,0 +1,319 @@
+use http::Method;
+use proptest::prelude::*;
+
+use super::*;
+use crate::route::Route;
+
+/// The routes every test here protects, in this order.
+fn routes() -> Vec<Route> {
+    vec![
+        Route::get("/report"),
+        Route::get("/weather/:city"),
+        Route::get("/users/:id/profile"),
+        Route::get("/files/*"),
+        Route::post("/jobs/{id}/run"),
+    ]
+}
+
+fn find(path: &str, template: Option<&str>) -> Lookup<String> {
+    find_as(&Method::GET, path, template)
+}
+
+fn find_as(method: &Method, path: &str, template: Option<&str>) -> Lookup<String> {
+    let routes = routes();
+    match lookup(&routes, |r| r, method, path, template) {
+        Lookup::Free => Lookup::Free,
+        Lookup::Protected(r) => Lookup::Protected(r.pattern().to_owned()),
+        Lookup::Ambiguous(r) => Lookup::Ambiguous(r.pattern().to_owned()),
+    }
+}
+
+fn protected(pattern: &str) -> Lookup<String> {
+    Lookup::Protected(pattern.to_owned())
+}
+
+fn ambiguous(pattern: &str) -> Lookup<String> {
+    Lookup::Ambiguous(pattern.to_owned())
+}
+
+#[test]
+fn plain_paths_find_their_route() {
+    assert_eq!(find("/report", None), protected("/report"));
+    assert_eq!(find("/weather/paris", None), protected("/weather/:city"));
+    assert_eq!(
+        find("/users/42/profile", None),
+        protected("/users/:id/profile")
+    );
+    assert_eq!(find("/files", None), protected("/files/*"));
+    assert_eq!(find("/files/a/b/c", None), protected("/files/*"));
+    assert_eq!(
+        find_as(&Method::POST, "/jobs/7/run", None),
+        protected("/jobs/{id}/run")
+    );
+    assert_eq!(
+        find_as(&Method::HEAD, "/weather/paris", None),
+        protected("/weather/:city")
+    );
+    for free in [
+        "/",
+        "/health",
+        "/reports",
+        "/weather",
+        "/weather/",
+        "/users/42",
+        "/jobs/7/run",
+    ] {
+        assert_eq!(find(free, None), Lookup::Free, "{free}");
+    }
+    assert_eq!(find_as(&Method::POST, "/report", None), Lookup::Free);
+}
+
+#[test]
+fn the_issues_spellings_never_pass() {
+    // Each reaches a paid handler on axum or actix-web (probed on both).
+    for (path, route) in [
+        ("/weather/..", "/weather/:city"),
+        ("/weather/%2e%2e", "/weather/:city"),
+        ("/weather/%2E%2E", "/weather/:city"),
+        ("/weather/.", "/weather/:city"),
+        ("/weather/a%2Fb", "/weather/:city"),
+        ("/weather/a%5Cb", "/weather/:city"),
+        ("/weather/a\\b", "/weather/:city"),
+        ("/users/../profile", "/users/:id/profile"),
+        ("/files/a/../..", "/files/*"),
+    ] {
+        assert_eq!(find(path, None), ambiguous(route), "{path}");
+    }
+    for (path, route) in [
+        ("/users//profile", "/users/:id/profile"),
+        ("/w%65ather/paris", "/weather/:city"),
+        ("/Weather/Paris", "/weather/:city"),
+        ("/weather/paris;x=1", "/weather/:city"),
+        ("/weather/paris/", "/weather/:city"),
+        ("//weather//paris", "/weather/:city"),
+        ("/REPORT", "/report"),
+        ("/rep%6Frt", "/report"),
+        ("/x/../report", "/report"),
+        ("/report/.", "/report"),
+        ("/report\\", "/report"),
+        ("/%2e/report", "/report"),
+    ] {
+        assert_eq!(find(path, None), protected(route), "{path}");
+    }
+}
+
+#[test]
+fn dots_behind_other_separators_are_seen() {
+    // A router reading `\` as `/` and then resolving dots serves /report.
+    assert_ne!(find("/weather/paris\\..\\..\\report", None), Lookup::Free);
+    // Plain dots resolved, encoded ones kept: /weather/x.
+    assert_ne!(find("/weather/x/%2e%2e/..", None), Lookup::Free);
+    // A separator decoded then dots resolved: /report.
+    assert_ne!(find("/a%2F..%2Freport", None), Lookup::Free);
+    assert_ne!(find("/a/%2e%2e%2freport", None), Lookup::Free);
+}
+
+#[test]
+fn the_routers_template_decides_first() {
+    // axum dispatched /weather/.. on /weather/{city}: priced, not ambiguous.
+    assert_eq!(
+        find("/weather/..", Some("/weather/{city}")),
+        protected("/weather/:city")
+    );
+    assert_eq!(
+        find("/api/x", Some("/files/{*path}")),
+        protected("/files/*")
+    );
+    assert_eq!(
+        find("/anything", Some("/files/{tail:.*}")),
+        protected("/files/*")
+    );
+    assert_eq!(
+        find("/x", Some("/users/{id:\\d+}/profile")),
+        protected("/users/:id/profile")
+    );
+    // A template no route covers leaves the decision to the path.
+    assert_eq!(find("/report", Some("/{page}")), protected("/report"));
+    assert_eq!(find("/health", Some("/health")), Lookup::Free);
+}
+
+#[test]
+fn templates_cover_only_what_the_pattern_matches() {
+    let covers = |pattern: &str, template: &str| {
+        covers_template(&PathPattern::parse(pattern).unwrap(), template)
+    };
+    assert!(covers("/weather/:city", "/weather/{city}"));
+    assert!(covers("/Weather/:city", "/weather/{name}"));
+    assert!(covers("/weather/:city", "/weather/paris"));
+    assert!(covers("/api/*", "/api/users/{id}"));
+    assert!(covers("/api/*", "/api/{*rest}"));
+    assert!(covers("/api/*", "/api"));
+    assert!(covers("/caf%C3%A9", "/caf\u{e9}"));
+    assert!(!covers("/weather/paris", "/weather/{city}"));
+    assert!(!covers("/weather/:city", "/weather/{*rest}"));
+    assert!(!covers("/weather/:city", "/weather/{tail}*"));
+    assert!(!covers("/weather/:city", "/weather"));
+    assert!(!covers("/weather/:city", "/weather/{city}/x"));
+    assert!(!covers("/report", "/reports"));
+}
+
+/// A router model: how a framework reads a raw path before matching it.
+#[derive(Debug, Clone, Copy)]
+enum Model {
+    /// axum (matchit): the raw path; literals exact; a parameter takes one
+    /// segment, even an empty one.
+    Raw,
+    /// actix-web: every escape decoded but `%2F`, `%25` and `%2B`, then as
+    /// `Raw`.
+    Requoted,
+    /// A cleaning router: everything decoded, `\` read as `/`, dots
+    /// resolved, empty segments dropped, trailing slash ignored.
+    Cleaned,
+}
+
+fn model_segments(model: Model, path: &str) -> Vec<String> {
+    let text = match model {
+        Model::Raw => path.to_owned(),
+        Model::Requoted => {
+            let mut out = String::new();
+            let mut rest = path;
+            while let Some(i) = rest.find('%') {
+                out.push_str(&rest[..i]);
+                let escape = rest.get(i..i + 3).unwrap_or(&rest[i..]);
+                let keep = ["%2F", "%2f", "%25", "%2B", "%2b"].contains(&escape);
+                if keep || escape.len() < 3 {
+                    out.push_str(escape);
+                } else {
+                    out.push_str(&percent_decode(escape));
+                }
+                rest = &rest[i + escape.len()..];
+            }
+            out.push_str(rest);
+            out
+        }
+        Model::Cleaned => percent_decode(path).replace('\\', "/"),
+    };
+    let mut segments: Vec<String> = Vec::new();
+    for s in text.split('/').skip(1) {
+        match (model, s) {
+            (Model::Cleaned, "" | ".") => {}
+            (Model::Cleaned, "..") => {
+                segments.pop();
+            }
+            _ => segments.push(s.to_owned()),
+        }
+    }
+    segments
+}
+
+/// Whether a model dispatches `path` to `pattern` (in the model's own,
+/// case-sensitive terms).
+fn model_dispatches(model: Model, pattern: &str, path: &str) -> bool {
+    let segments = model_segments(model, path);
+    let pattern: Vec<&str> = pattern.split('/').skip(1).collect();
+    for (i, p) in pattern.iter().enumerate() {
+        if *p == "*" && i + 1 == pattern.len() {
+            return true;
+        }
+        let Some(s) = segments.get(i) else {
+            return false;
+        };
+        let last = i + 1 == pattern.len();
+        if p.starts_with(':') || p.starts_with('{') {
+            // matchit: a parameter at the end takes at least one byte.
+            if last && s.is_empty() {
+                return false;
+            }
+        } else if p != s {
+            return false;
+        }
+    }
+    segments.len() == pattern.len()
+}
+
+fn segment() -> impl Strategy<Value = String> {
+    prop::sample::select(vec![
+        "report",
+        "REPORT",
+        "rep%6frt",
+        "weather",
+        "Weather",
+        "w%65ather",
+        "paris",
+        "users",
+        "42",
+        "profile",
+        "files",
+        "a",
+        "",
+        ".",
+        "..",
+        "%2e",
+        "%2E",
+        "%2e%2e",
+        ".%2e",
+        "%2E.",
+        "a%2Fb",
+        "a%2fb",
+        "%2f",
+        "a%5Cb",
+        "a%5cb",
+        "a\\b",
+        "\\",
+        "..\\..",
+        "x;y=1",
+        ";",
+        "%41",
+        "%",
+        "%zz",
+        "%25",
+        "%2e%2e%2f",
+        "%c3%a9",
+    ])
+    .prop_map(str::to_owned)
+}
+
+fn path() -> impl Strategy<Value = String> {
+    prop::collection::vec(segment(), 0..7).prop_map(|segments| format!("/{}", segments.join("/")))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4096))]
+
+    /// Whatever a model router would dispatch to a protected route is never
+    /// free.
+    #[test]
+    fn no_router_model_reaches_a_route_for_free(path in path()) {
+        for route in routes().iter().filter(|r| r.method() == Some(&Method::GET)) {
+            for model in [Model::Raw, Model::Requoted, Model::Cleaned] {
+                if model_dispatches(model, route.pattern(), &path) {
+                    prop_assert_ne!(
+                        find(&path, None),
+                        Lookup::Free,
+                        "{:?} dispatches {} to {}", model, path, route.pattern()
+                    );
+                }
+            }
+        }
+    }
+
+    /// A clean path (no escapes, backslashes, dot or empty segments) is
+    /// never refused as ambiguous, and is protected exactly when the
+    /// routes match it.
+    #[test]
+    fn clean_paths_are_never_ambiguous(
+        segments in prop::collection::vec(
+            prop::sample::select(vec!["report", "weather", "paris", "users", "42", "profile", "files", "x"]),
+            0..5,
+        )
+    ) {
+        let path = format!("/{}", segments.join("/"));
+        let found = find(&path, None);
+        prop_assert!(!matches!(found, Lookup::Ambiguous(_)), "{}", path);
+        let matched = routes()
+            .iter()
+            .find(|r| r.matches(&Method::GET, &path).is_some())
+            .map(|r| r.pattern().to_owned());
+        prop_assert_eq!(found, matched.map_or(Lookup::Free, Lookup::Protected));
+    }
+}
