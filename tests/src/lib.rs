@@ -25,6 +25,7 @@
 pub mod actix;
 pub mod adapters;
 pub mod anvil;
+pub mod boundary;
 pub mod client;
 pub mod handler;
 pub mod payment;

@@ -26,6 +26,8 @@ pub(crate) struct RequestHead {
     headers: http::HeaderMap,
     /// The resource pattern actix-web matched, scope prefixes included.
     pattern: Option<String>,
+    /// The payment an outer paywall verified.
+    paid_upstream: Option<x402_core::VerifiedPayment>,
 }
 
 /// Why a request could not be translated for the engine.
@@ -51,6 +53,13 @@ impl RequestHead {
             uri,
             headers: headers_to_http1(request.headers()),
             pattern: request.match_pattern(),
+            paid_upstream: {
+                use actix_web::HttpMessage as _;
+                request
+                    .extensions()
+                    .get::<x402_core::VerifiedPayment>()
+                    .cloned()
+            },
         })
     }
 
@@ -59,6 +68,7 @@ impl RequestHead {
     pub(crate) fn view(&self) -> RequestView<'_> {
         RequestView::new(&self.method, &self.uri, &self.headers)
             .route_template(self.pattern.as_deref())
+            .paid_upstream(self.paid_upstream.as_ref())
     }
 }
 

@@ -237,6 +237,10 @@ pub struct RequestView<'a> {
     /// whose pattern covers it protects the request, whatever its path
     /// reads as; see [`boundary`](crate::boundary).
     pub route_template: Option<&'a str>,
+    /// The payment an outer paywall already verified for this request
+    /// (found in its extensions): the request passes, since one request
+    /// pays once, however many paywalls it crosses.
+    pub paid_upstream: Option<&'a crate::VerifiedPayment>,
 }
 
 impl<'a> RequestView<'a> {
@@ -247,6 +251,7 @@ impl<'a> RequestView<'a> {
             uri,
             headers,
             route_template: None,
+            paid_upstream: None,
         }
     }
 
@@ -254,6 +259,13 @@ impl<'a> RequestView<'a> {
     #[must_use]
     pub fn route_template(mut self, template: Option<&'a str>) -> Self {
         self.route_template = template;
+        self
+    }
+
+    /// Sets the payment an outer paywall verified for this request.
+    #[must_use]
+    pub fn paid_upstream(mut self, payment: Option<&'a crate::VerifiedPayment>) -> Self {
+        self.paid_upstream = payment;
         self
     }
 

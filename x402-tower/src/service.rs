@@ -7,7 +7,7 @@ use tower_service::Service;
 use x402_core::{
     engine::{handler_failed_response, Completion, Decision, Immediate, PaidRequest},
     route::{RequestView, SettlementTiming},
-    BoundRoute, Engine,
+    BoundRoute, Engine, VerifiedPayment,
 };
 
 use crate::{dispatch::ReadDispatch, PaywallBody, ResponseFuture};
@@ -142,6 +142,7 @@ fn view<B>(request: &Request<B>, read: ReadDispatch) -> RequestView<'_> {
     let uri = dispatch.original_uri.unwrap_or(request.uri());
     RequestView::new(request.method(), uri, request.headers())
         .route_template(dispatch.route_template)
+        .paid_upstream(request.extensions().get::<VerifiedPayment>())
 }
 
 /// The handler and settlement for a verified payment or redeemed session

@@ -125,7 +125,8 @@ struct CompiledRoute {
     resolved: OnceCell<Arc<Resolved>>,
     /// The metrics series its 402s are counted in.
     series: crate::metrics::RouteSeries,
-    /// Set once a bound route was found served under another template.
+    /// Set once a misplacement was logged for this route (a bound route
+    /// served under another template, a request paid at another route).
     mismatch_logged: std::sync::atomic::AtomicBool,
 }
 
@@ -611,6 +612,23 @@ fn enrich_bazaar(route: &Route, request: &RequestView<'_>, extensions: &JsonObje
     out
 }
 
+/// A request an outer paywall already took a payment for reached a route
+/// of another one: it passes (one request pays once), logged once per route
+/// when the outer route was another.
+fn paid_upstream(compiled: &CompiledRoute, payment: &VerifiedPayment) {
+    if payment.route != compiled.route.pattern()
+        && !compiled
+            .mismatch_logged
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
+        tracing::warn!(
+            route = compiled.route.pattern(),
+            paid_at = payment.route.as_str(),
+            "x402: a request paid at an outer paywall's route reached this one; it passes unpaid here"
+        );
+    }
+}
+
 /// The 400 for a path whose meaning depends on the decoder (see
 /// [`boundary`](crate::boundary)).
 fn ambiguous(compiled: &CompiledRoute) -> EngineResponse {
@@ -699,6 +717,10 @@ impl BoundRoute {
     /// lists the pattern, not where the handler is served.
     fn admits(&self, request: &RequestView<'_>) -> bool {
         let route = &self.compiled.route;
+        if let Some(payment) = request.paid_upstream {
+            paid_upstream(&self.compiled, payment);
+            return false;
+        }
         if let (Some(template), Ok(pattern)) = (request.route_template, &route.pattern) {
             if !crate::boundary::covers_template(pattern, template)
                 && !self
@@ -1019,6 +1041,13 @@ impl Engine {
     }
 
     fn lookup(&self, request: &RequestView<'_>) -> Lookup<&Arc<CompiledRoute>> {
+        if let Some(payment) = request.paid_upstream {
+            let found = self.lookup(&request.paid_upstream(None));
+            if let Lookup::Protected(c) | Lookup::Ambiguous(c) = found {
+                paid_upstream(c, payment);
+            }
+            return Lookup::Free;
+        }
         crate::boundary::lookup(
             &self.inner.routes,
             |r| &r.route,
@@ -1036,14 +1065,23 @@ impl Engine {
     ///
     /// Bound routes are not part of the engine's route table: a request is
     /// priced by a bound route only where its adapter (a per-route layer)
-    /// asks it.
+    /// asks it. Binding a route of the same method and pattern again
+    /// replaces the earlier one in discovery; both keep protecting their
+    /// handlers.
     pub fn bind(&self, route: Route) -> Result<BoundRoute, ConfigError> {
         let compiled = Arc::new(CompiledRoute::compile(route)?);
-        self.inner
+        let mut bound = self
+            .inner
             .bound
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(compiled.clone());
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Binding the same route again (actix-web builds its app once per
+        // worker) replaces it in discovery rather than listing it twice.
+        bound.retain(|r| {
+            r.route.method != compiled.route.method || r.route.pattern() != compiled.route.pattern()
+        });
+        bound.push(compiled.clone());
+        drop(bound);
         Ok(BoundRoute {
             engine: self.clone(),
             compiled,
