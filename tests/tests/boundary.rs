@@ -256,7 +256,7 @@ async fn a_bound_tower_route_protects_every_path_that_reaches_it() {
         assert_eq!(response.status(), 402, "{target}");
         checked += 1;
     }
-    assert!(checked > 1000, "{checked}");
+    assert!(checked > 800, "{checked}");
     // Another method than the bound route's passes: it is not this price's.
     let post = service
         .oneshot(http::Request::post("/bound/7").body(String::new()).unwrap())
