@@ -577,8 +577,13 @@ pub async fn send_raw(
 ) -> Option<RawReply> {
     let address = base.trim_start_matches("http://");
     let mut stream = TcpStream::connect(address).await.unwrap();
-    let mut request =
-        format!("{method} {target} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n");
+    let mut request = format!("{method} {target} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        request.push_str(&format!("Host: {address}\r\n"));
+    }
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
     }

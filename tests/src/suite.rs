@@ -29,6 +29,7 @@ pub const SCENARIOS: &[&str] = &[
     "s13_settle_before_handler",
     "s14_dynamic_pricing",
     "s15_path_spellings_and_head",
+    "s16_public_origin_whatever_the_host",
 ];
 
 /// The requirement `/paid` must offer.
@@ -641,6 +642,47 @@ pub async fn s15_path_spellings_and_head<A: Adapter>() {
     f.standin.assert_calls(0, 0);
 }
 
+/// 16. The challenge and the requirement sent to the facilitator carry the
+/// configured public origin, whatever `Host` or `X-Forwarded-*` the client
+/// sends.
+pub async fn s16_public_origin_whatever_the_host<A: Adapter>() {
+    let f = Fixture::new::<A>().await;
+    let hostile = [
+        ("Host", "evil.example"),
+        ("X-Forwarded-Host", "evil.example"),
+        ("X-Forwarded-Proto", "https"),
+    ];
+    let reply = crate::boundary::send_raw(&f.base, "GET", "/paid", &hostile)
+        .await
+        .unwrap();
+    assert_eq!(reply.status, 402);
+    let challenge = reply.challenge().unwrap();
+    assert_eq!(challenge["resource"]["url"], f.url("/paid"));
+    let v1: Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(v1["accepts"][0]["resource"], f.url("/paid"));
+
+    let v1_payment = payment::v1_header("base-sepolia");
+    let v2_payment = payment::v2_header(&challenge["accepts"][0]);
+    for (name, value) in [
+        ("X-PAYMENT", &v1_payment),
+        ("PAYMENT-SIGNATURE", &v2_payment),
+    ] {
+        let mut headers = hostile.to_vec();
+        headers.push((name, value));
+        let paid = crate::boundary::send_raw(&f.base, "GET", "/paid", &headers)
+            .await
+            .unwrap();
+        assert_eq!(paid.status, 200, "{name}");
+    }
+    let sent = f.standin.verify_requests();
+    assert_eq!(sent[0]["paymentRequirements"]["resource"], f.url("/paid"));
+    for request in sent.iter().chain(&f.standin.settle_requests()) {
+        assert!(!request.to_string().contains("evil.example"), "{request}");
+    }
+    f.handler.assert_calls(2);
+    f.standin.assert_calls(2, 2);
+}
+
 /// Instantiates every scenario of [`SCENARIOS`] for an adapter, plus a
 /// `scenario_count` test printing `conformance[<name>]: N scenarios`.
 #[macro_export]
@@ -661,7 +703,8 @@ macro_rules! conformance_tests {
             s12_browser_paywall,
             s13_settle_before_handler,
             s14_dynamic_pricing,
-            s15_path_spellings_and_head
+            s15_path_spellings_and_head,
+            s16_public_origin_whatever_the_host
         );
     };
     (@gen $adapter:ty; $($scenario:ident),* $(,)?) => {

@@ -28,8 +28,9 @@ type Start = fn(Config) -> Pin<Box<dyn Future<Output = Running> + Send>>;
 /// The axum example.
 fn axum(config: Config) -> Pin<Box<dyn Future<Output = Running> + Send>> {
     Box::pin(async move {
-        let (router, state) = paid_api::app(config).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let config = config.bound_to(listener.local_addr().unwrap());
+        let (router, state) = paid_api::app(config).await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         (base, tokio::spawn(paid_api::serve(listener, router, state)))
     })

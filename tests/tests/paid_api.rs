@@ -49,8 +49,9 @@ type Start = fn(Config) -> Pin<Box<dyn Future<Output = Server> + Send>>;
 /// `examples/paid-api` (axum).
 fn axum(config: Config) -> Pin<Box<dyn Future<Output = Server> + Send>> {
     Box::pin(async move {
-        let (router, state) = paid_api::app(config).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let config = config.bound_to(listener.local_addr().unwrap());
+        let (router, state) = paid_api::app(config).await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let task = tokio::spawn(paid_api::serve(listener, router, state.clone()));
         Server {
@@ -460,6 +461,7 @@ async fn the_paid_routes_challenge_exactly_alike_on_both_frameworks() {
 fn config_from_env_reads_the_contract_variables() {
     let vars = [
         ("PORT", "4555"),
+        ("PUBLIC_URL", "https://api.example.com"),
         ("EVM_NETWORK", "eip155:84532"),
         (
             "EVM_PAYEE_ADDRESS",
@@ -479,6 +481,7 @@ fn config_from_env_reads_the_contract_variables() {
     })
     .unwrap();
     assert_eq!(config.port, 4555);
+    assert_eq!(config.public_origin(), "https://api.example.com");
     assert_eq!(
         config.pay_to,
         "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"
@@ -557,6 +560,40 @@ async fn paid_api_discovery_and_openapi_validate_and_metrics_count() {
     );
 }
 
+/// `PUBLIC_URL` is what the challenges name (and, by default, the server's
+/// own address), never a client's `Host`.
+async fn public_url_names_the_resources_whatever_the_host(framework: Start) {
+    let hostile = [
+        ("host", "evil.example"),
+        ("x-forwarded-host", "evil.example"),
+    ];
+    let server = start(framework).await;
+    let response = server.get("/exact/evm/eip3009", &hostile).await;
+    assert_eq!(response.status(), 402);
+    let v2 = decode_header(&response, "payment-required");
+    assert_eq!(
+        v2["resource"]["url"],
+        format!("{}/exact/evm/eip3009", server.base)
+    );
+
+    let config = Config {
+        public_url: Some("https://api.example.com".into()),
+        ..Config::dev()
+    };
+    let server = start_with(framework, config).await;
+    let response = server.get("/exact/evm/eip3009", &hostile).await;
+    let v2 = decode_header(&response, "payment-required");
+    assert_eq!(
+        v2["resource"]["url"],
+        "https://api.example.com/exact/evm/eip3009"
+    );
+    let v1: Value = response.json().await.unwrap();
+    assert_eq!(
+        v1["accepts"][0]["resource"],
+        "https://api.example.com/exact/evm/eip3009"
+    );
+}
+
 /// The example-server suite, against one framework.
 macro_rules! example_server_suite {
     ($framework:ident) => {
@@ -601,6 +638,11 @@ macro_rules! example_server_suite {
             async fn a_session_is_bought_once_and_redeemed_without_payment() {
                 super::a_session_is_bought_once_and_redeemed_without_payment(super::$framework)
                     .await;
+            }
+
+            #[tokio::test]
+            async fn public_url_names_the_resources_whatever_the_host() {
+                super::public_url_names_the_resources_whatever_the_host(super::$framework).await;
             }
 
             #[tokio::test]

@@ -90,9 +90,10 @@ mod well_known {
         }
 
         /// The public base URL of the API (`https://api.example.com`).
-        /// Without it, each request's `Host` and `X-Forwarded-Proto` are used:
-        /// set it when a shared cache sits in front, since those headers come
-        /// from the client.
+        /// Without it, the engine's
+        /// [`public_origin`](x402_core::EngineBuilder::public_origin) is used
+        /// (a client's `Host` only when the engine
+        /// [trusts a proxy](x402_core::EngineBuilder::trust_proxy_headers)).
         pub fn base_url(mut self, url: impl Into<String>) -> Self {
             self.base_url = Some(url.into());
             self
@@ -123,30 +124,16 @@ mod well_known {
         }
     }
 
-    /// The base URL: configured, else from `Host` (validated) and
-    /// `X-Forwarded-Proto`.
+    /// The base URL: configured here, else the engine's public origin (from
+    /// the request's headers only when the engine trusts a proxy's).
     fn base_url(shared: &Shared, headers: &HeaderMap) -> (String, bool) {
         if let Some(url) = &shared.base_url {
             return (url.clone(), false);
         }
-        let host = headers
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .filter(|h| {
-                !h.is_empty()
-                    && h.len() <= 255
-                    && h.bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
-            })
-            .unwrap_or("localhost");
-        let scheme = match headers
-            .get("x-forwarded-proto")
-            .and_then(|v| v.to_str().ok())
-        {
-            Some("https") => "https",
-            _ => "http",
-        };
-        (format!("{scheme}://{host}"), true)
+        (
+            shared.engine.origin(headers),
+            shared.engine.origin_from_headers(),
+        )
     }
 
     fn json(value: serde_json::Value, from_request: bool) -> Response {
@@ -163,7 +150,7 @@ mod well_known {
         if from_request {
             headers.insert(
                 header::VARY,
-                HeaderValue::from_static("host, x-forwarded-proto"),
+                HeaderValue::from_static("host, x-forwarded-host, x-forwarded-proto"),
             );
         }
         response
@@ -243,7 +230,7 @@ mod tests {
         discovery::{Bazaar, OpenApiInfo},
         facilitator::{Facilitator, FacilitatorError},
         proto::*,
-        Engine, Offer, Route,
+        Engine, EngineBuilder, Offer, Route,
     };
 
     use super::Discovery;
@@ -265,8 +252,12 @@ mod tests {
     }
 
     fn engine() -> Engine {
+        engine_with(|b| b.public_origin("https://api.example.com"))
+    }
+
+    fn engine_with(origin: impl FnOnce(EngineBuilder) -> EngineBuilder) -> Engine {
         let pay_to = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
-        Engine::builder(Nobody)
+        origin(Engine::builder(Nobody))
             .route(
                 Route::get("/weather/:city")
                     .offer(Offer::exact("eip155:84532", "$0.001", pay_to))
@@ -307,23 +298,38 @@ mod tests {
         let app: Router = Discovery::new(engine())
             .openapi(OpenApiInfo::new("Weather", "1"))
             .into_router();
-        let (status, headers, doc) = get(app.clone(), "/.well-known/x402", "api.example.com").await;
+        let (status, headers, doc) = get(app.clone(), "/.well-known/x402", "evil.example").await;
         assert_eq!(status, 200);
         assert_eq!(headers["content-type"], "application/json");
-        assert_eq!(doc["baseUrl"], "http://api.example.com");
+        assert!(headers.get("vary").is_none());
+        // The engine's public origin, whatever the client's Host.
+        assert_eq!(doc["baseUrl"], "https://api.example.com");
         assert_eq!(
             doc["resources"][0]["resource"],
-            "http://api.example.com/weather/:city"
+            "https://api.example.com/weather/:city"
         );
         assert_eq!(doc["resources"][0]["accepts"][0]["amount"], "1000");
         assert_eq!(doc["resources"][1]["pricing"], "unavailable");
-        // A hostile Host is not reflected.
-        let (_, _, doc) = get(app.clone(), "/.well-known/x402", "evil\"<x>").await;
-        assert_eq!(doc["baseUrl"], "http://localhost");
         let (status, _, api) = get(app, "/.well-known/x402/openapi.json", "api.example.com").await;
         assert_eq!(status, 200);
         assert_eq!(api["openapi"], "3.1.0");
         assert!(api["paths"]["/weather/{city}"]["get"]["x-payment-info"].is_object());
+    }
+
+    #[tokio::test]
+    async fn behind_a_trusted_proxy_the_host_names_the_base() {
+        let app: Router =
+            Discovery::new(engine_with(EngineBuilder::trust_proxy_headers)).into_router();
+        let (_, headers, doc) = get(app.clone(), "/.well-known/x402", "api.example.com").await;
+        assert_eq!(doc["baseUrl"], "http://api.example.com");
+        assert!(headers["vary"].to_str().unwrap().contains("host"));
+        // Nothing that would change the URL's shape is taken.
+        let (_, _, doc) = get(app.clone(), "/.well-known/x402", "evil\"<x>").await;
+        assert_eq!(doc["baseUrl"], "http://localhost");
+        // Without either, localhost, never the client's Host.
+        let app: Router = Discovery::new(engine_with(|b| b)).into_router();
+        let (_, _, doc) = get(app, "/.well-known/x402", "evil.example").await;
+        assert_eq!(doc["baseUrl"], "http://localhost");
     }
 
     #[tokio::test]

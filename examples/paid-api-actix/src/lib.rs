@@ -89,6 +89,8 @@ impl std::fmt::Debug for Server {
 /// ctrl-c or SIGTERM: it stops accepting, gives requests in flight up to
 /// [`SHUTDOWN_GRACE`], then [`Server::run`] returns.
 pub async fn server(config: Config) -> Result<Server, Error> {
+    let listener = std::net::TcpListener::bind(config.addr())?;
+    let config = config.bound_to(listener.local_addr()?);
     let (engine, state) = paid_api::engine(&config).await?;
     let data = web::Data::new(state.clone());
     let stop = state.clone();
@@ -107,7 +109,7 @@ pub async fn server(config: Config) -> Result<Server, Error> {
         }
     })
     .shutdown_timeout(SHUTDOWN_GRACE.as_secs())
-    .bind(config.addr())?;
+    .listen(listener)?;
     let addr = http.addrs().first().copied().ok_or_else(|| {
         Error::Io(std::io::Error::other(format!(
             "binding {} gave no address",

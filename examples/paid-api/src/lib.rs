@@ -22,8 +22,9 @@
 //! ```no_run
 //! # async fn run() -> Result<(), paid_api::Error> {
 //! let config = paid_api::Config::from_env()?;
+//! let listener = tokio::net::TcpListener::bind(config.addr()).await?;
+//! let config = config.bound_to(listener.local_addr()?);
 //! let (router, state) = paid_api::app(config).await?;
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:4021").await?;
 //! paid_api::serve(listener, router, state).await?;
 //! # Ok(()) }
 //! ```
@@ -165,6 +166,11 @@ pub struct Config {
     pub host: IpAddr,
     /// Port to bind (`PORT`, default 4021; 0 picks a free one).
     pub port: u16,
+    /// The origin clients reach the server at (`PUBLIC_URL`,
+    /// `scheme://host[:port]`); default `http://HOST:PORT`. Challenges,
+    /// discovery and the facilitator are given URLs under it, never under a
+    /// client's `Host`.
+    pub public_url: Option<String>,
     /// CAIP-2 network (`EVM_NETWORK`).
     pub network: String,
     /// Who gets paid (`EVM_PAYEE_ADDRESS`).
@@ -192,6 +198,7 @@ impl std::fmt::Debug for Config {
         f.debug_struct("Config")
             .field("host", &self.host)
             .field("port", &self.port)
+            .field("public_url", &self.public_origin())
             .field("network", &self.network)
             .field("pay_to", &self.pay_to)
             .field("asset", &self.asset)
@@ -209,6 +216,7 @@ impl Config {
         Self {
             host: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port: DEFAULT_PORT,
+            public_url: None,
             network: DEFAULT_NETWORK.to_owned(),
             // DEFAULT_PAYEE
             pay_to: alloy_primitives::address!("209693Bc6afc0C5328bA36FaF03C514EF312287C"),
@@ -227,6 +235,8 @@ impl Config {
     /// Reads the configuration from the environment:
     ///
     /// - `PORT` (default 4021), `HOST` (default 127.0.0.1);
+    /// - `PUBLIC_URL`: the origin clients reach the server at (default
+    ///   `http://HOST:PORT`);
     /// - `EVM_NETWORK` (CAIP-2, default `eip155:84532`);
     /// - `EVM_PAYEE_ADDRESS` (default [`DEFAULT_PAYEE`]: change it);
     /// - `EVM_ASSET`, `EVM_ASSET_NAME`, `EVM_ASSET_VERSION`,
@@ -256,6 +266,7 @@ impl Config {
                 .parse()
                 .map_err(|_| config_error(format!("PORT {port:?} is not a port number")))?;
         }
+        config.public_url = var("PUBLIC_URL").map(|url| url.trim().to_owned());
         if let Some(network) = var("EVM_NETWORK") {
             let network = network.trim().to_owned();
             if network::evm_chain_id(&network).is_none() || !network.starts_with("eip155:") {
@@ -323,6 +334,22 @@ impl Config {
     /// The address to bind.
     pub fn addr(&self) -> SocketAddr {
         SocketAddr::new(self.host, self.port)
+    }
+
+    /// The configuration once its listener is bound: `HOST` and `PORT` are
+    /// the listener's (so `PORT=0` names the port it picked).
+    pub fn bound_to(mut self, addr: SocketAddr) -> Self {
+        self.host = addr.ip();
+        self.port = addr.port();
+        self
+    }
+
+    /// The public origin: `PUBLIC_URL`, else `http://HOST:PORT`.
+    pub fn public_origin(&self) -> String {
+        match &self.public_url {
+            Some(url) => url.clone(),
+            None => format!("http://{}", self.addr()),
+        }
     }
 }
 
@@ -519,7 +546,9 @@ fn routes(config: &Config) -> Vec<Route> {
 /// `WEBHOOK_URL` is set) starts here, on the current tokio runtime.
 pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
     let (facilitator, dev_ledger) = facilitator(config).await?;
-    let mut engine = Engine::builder_arc(facilitator).routes(routes(config));
+    let mut engine = Engine::builder_arc(facilitator)
+        .routes(routes(config))
+        .public_origin(config.public_origin());
 
     // One process: claims and sessions in memory (the defaults). Several
     // instances behind a load balancer must share Redis.

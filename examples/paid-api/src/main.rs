@@ -9,6 +9,7 @@ use std::io::Write as _;
 async fn main() -> Result<(), paid_api::Error> {
     let config = paid_api::Config::from_env()?;
     let listener = tokio::net::TcpListener::bind(config.addr()).await?;
+    let config = config.bound_to(listener.local_addr()?);
     let (router, state) = paid_api::app(config).await?;
     // The upstream e2e harness waits for this line.
     writeln!(

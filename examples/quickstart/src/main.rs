@@ -32,10 +32,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let listener = bind_first_free(FIRST_PORT).await?;
     let addr = listener.local_addr()?;
     let base = format!("http://{addr}");
-    let config = Config {
-        port: addr.port(),
-        ..Config::dev()
-    };
+    let config = Config::dev().bound_to(addr);
     let (router, state) = paid_api::app(config).await?;
     let server = tokio::spawn(paid_api::serve(listener, router, state.clone()));
     writeln!(

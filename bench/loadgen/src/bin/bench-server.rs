@@ -114,7 +114,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         "challenge-floor" => {
             let path = "/exact/evm/eip3009";
-            let config = paid_api::Config::from_env()?;
+            let config = paid_api::Config::from_env()?.bound_to(addr);
             let (router, _state) = paid_api::app(config).await?;
             let request = Request::get(path)
                 .header(HOST, addr.to_string())
@@ -178,7 +178,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         "paid-api" => {
             // paid-api reads PORT/HOST too; the listener is already bound.
-            let config = paid_api::Config::from_env()?;
+            let config = paid_api::Config::from_env()?.bound_to(addr);
             let (router, state) = paid_api::app(config).await?;
             let payers: u64 = env_or("BENCH_PAYERS", 64);
             let seed: u64 = env_or("BENCH_SEED", 402);
