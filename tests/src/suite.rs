@@ -642,9 +642,9 @@ pub async fn s15_path_spellings_and_head<A: Adapter>() {
     f.standin.assert_calls(0, 0);
 }
 
-/// 16. The challenge and the requirement sent to the facilitator carry the
-/// configured public origin, whatever `Host` or `X-Forwarded-*` the client
-/// sends.
+/// Scenario 16: the challenge and the requirement sent to the facilitator
+/// carry the configured public origin, whatever `Host` or `X-Forwarded-*`
+/// the client sends.
 pub async fn s16_public_origin_whatever_the_host<A: Adapter>() {
     let f = Fixture::new::<A>().await;
     let hostile = [
