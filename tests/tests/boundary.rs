@@ -266,3 +266,96 @@ async fn a_bound_tower_route_protects_every_path_that_reaches_it() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     standin.assert_calls(0, 0);
 }
+
+/// Collects the `warn!` events of the current thread, with their fields.
+#[derive(Clone, Default)]
+struct Warnings(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Warnings {
+    fn matching(&self, needle: &str) -> usize {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|w| w.contains(needle))
+            .count()
+    }
+}
+
+impl tracing::Subscriber for Warnings {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        *metadata.level() <= tracing::Level::WARN
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Text(String);
+        impl tracing::field::Visit for Text {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!("{}={value:?} ", field.name()));
+            }
+        }
+        let mut text = Text(String::new());
+        event.record(&mut text);
+        self.0.lock().unwrap().push(text.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// Placements that cannot protect what their author meant are named in the
+/// log, once: a table route declared by the path a nested router leaves,
+/// and a bound route served under another template.
+#[tokio::test]
+async fn misplacements_are_logged_once_with_the_route_named() {
+    use axum::{routing::get, Router};
+    use x402_core::{Engine, Offer, Route};
+
+    let warnings = Warnings::default();
+    let _guard = tracing::subscriber::set_default(warnings.clone());
+    let standin = x402_tests::StandIn::start(x402_tests::EventLog::default()).await;
+    let offer = || Offer::exact("eip155:84532", "$0.001", x402_tests::PAY_TO);
+    let engine = Engine::builder(standin.facilitator())
+        // Wrong: clients send /api/report.
+        .route(Route::get("/report").offer(offer()))
+        .public_origin("http://127.0.0.1")
+        .build()
+        .unwrap();
+    let paywall = x402_axum::PaywallLayer::new(engine);
+    let app: Router = Router::new()
+        .nest(
+            "/api",
+            Router::new()
+                .route("/report", get(|| async { "report" }))
+                .layer(paywall.clone()),
+        )
+        .route(
+            "/weather/{city}",
+            get(|| async { "weather" }).layer(
+                paywall
+                    .route(Route::get("/forecast/:city").offer(offer()))
+                    .unwrap(),
+            ),
+        );
+    let (listener, base) = x402_tests::adapters::bind().await;
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    for _ in 0..3 {
+        let free = send_raw(&base, "GET", "/api/report", &[]).await.unwrap();
+        assert_eq!(free.status, 200, "the misdeclared route is not protected");
+        let paid = send_raw(&base, "GET", "/weather/paris", &[]).await.unwrap();
+        assert_eq!(paid.status, 402, "a bound route protects what it wraps");
+    }
+    assert_eq!(
+        warnings.matching("route=\"/report\" stripped_path=\"/report\""),
+        1
+    );
+    assert_eq!(
+        warnings.matching("route=\"/forecast/:city\" served_at=\"/weather/{city}\""),
+        1
+    );
+    standin.assert_calls(0, 0);
+}

@@ -92,6 +92,7 @@ where
         };
         match now {
             Some(Immediate::Pass) => {
+                self.check_placement(&request);
                 let future = self.inner.call(request);
                 return ResponseFuture::boxed(async move {
                     future.await.map(|r| r.map(PaywallBody::stream))
@@ -120,6 +121,9 @@ where
             };
             let paid = match decision {
                 Decision::Pass => {
+                    if bound.is_none() {
+                        check_placement(&engine, &request, read);
+                    }
                     return inner
                         .call(request)
                         .await
@@ -132,6 +136,30 @@ where
             // and pass-through paths should not allocate room for it.
             Box::pin(serve_paid(paid, inner, request)).await
         })
+    }
+}
+
+impl<S> Paywall<S> {
+    fn check_placement<B>(&self, request: &Request<B>) {
+        if self.bound.is_none() {
+            check_placement(&self.engine, request, self.read_dispatch);
+        }
+    }
+}
+
+/// For a request that passes: a route table declared by the paths a nested
+/// router leaves is logged (once, by the engine).
+fn check_placement<B>(engine: &Engine, request: &Request<B>, read: ReadDispatch) {
+    let dispatch = read(request.extensions());
+    if dispatch
+        .original_uri
+        .is_some_and(|uri| uri != request.uri())
+    {
+        engine.warn_if_declared_relative(RequestView::new(
+            request.method(),
+            request.uri(),
+            request.headers(),
+        ));
     }
 }
 

@@ -1088,6 +1088,27 @@ impl Engine {
         })
     }
 
+    /// Logs once, naming the route, when a request found free on the path
+    /// the client sent would be protected on `stripped`, the same request as
+    /// a nested router left it: a route declared relative to a nest, which
+    /// protects nothing there. Adapters call it for requests that pass
+    /// (`x402-tower` does when its router rewrote the URI).
+    pub fn warn_if_declared_relative(&self, stripped: RequestView<'_>) {
+        if let Lookup::Protected(c) | Lookup::Ambiguous(c) = self.lookup(&stripped) {
+            if !c
+                .mismatch_logged
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::warn!(
+                    route = c.route.pattern(),
+                    stripped_path = stripped.uri.path(),
+                    "x402: a route matches the path a nested router left, not the one clients \
+                     send, so it protects nothing here; declare it with the full path"
+                );
+            }
+        }
+    }
+
     /// The origin (`scheme://authority`) of the URLs the engine writes for a
     /// request with these headers: the configured
     /// [`public_origin`](EngineBuilder::public_origin), the proxy's headers
