@@ -100,8 +100,7 @@ impl<S> Layer<S> for PaywallLayer {
 /// template that matched (absent in fallbacks and for `nest_service`, whose
 /// tail axum keeps to itself).
 fn axum_dispatch(extensions: &Extensions) -> Dispatch<'_> {
-    let mut dispatch = Dispatch::default();
-    dispatch.original_uri = extensions.get::<OriginalUri>().map(|uri| &uri.0);
-    dispatch.route_template = extensions.get::<MatchedPath>().map(MatchedPath::as_str);
-    dispatch
+    Dispatch::default()
+        .original_uri(extensions.get::<OriginalUri>().map(|uri| &uri.0))
+        .route_template(extensions.get::<MatchedPath>().map(MatchedPath::as_str))
 }

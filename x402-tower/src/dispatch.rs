@@ -8,20 +8,25 @@ use http::{Extensions, Uri};
 /// ```
 /// use http::Extensions;
 /// use x402_tower::{Dispatch, PaywallLayer};
-/// # use x402_core::{facilitator::HttpFacilitator, Engine};
+/// # use x402_core::Engine;
+/// # use x402_core::facilitator::{Facilitator, FacilitatorError};
+/// # use x402_core::proto::*;
+/// # #[derive(Debug)] struct Nobody;
+/// # #[async_trait::async_trait] impl Facilitator for Nobody {
+/// #   async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
+/// #   async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
+/// #   async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> { Ok(Default::default()) }
+/// # }
 ///
 /// /// The template my router stores in each request it dispatches.
 /// #[derive(Clone)]
 /// struct MatchedTemplate(&'static str);
 ///
 /// fn my_router(extensions: &Extensions) -> Dispatch<'_> {
-///     Dispatch {
-///         route_template: extensions.get::<MatchedTemplate>().map(|t| t.0),
-///         ..Dispatch::default()
-///     }
+///     Dispatch::default().route_template(extensions.get::<MatchedTemplate>().map(|t| t.0))
 /// }
 ///
-/// # let engine = Engine::builder(HttpFacilitator::new("http://127.0.0.1:4022")?).build()?;
+/// # let engine = Engine::builder(Nobody).build()?;
 /// let layer = PaywallLayer::new(engine).read_dispatch(my_router);
 /// # let _ = layer;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -35,6 +40,22 @@ pub struct Dispatch<'a> {
     pub original_uri: Option<&'a Uri>,
     /// The route template the router matched, in its own syntax.
     pub route_template: Option<&'a str>,
+}
+
+impl<'a> Dispatch<'a> {
+    /// Sets the URI the client sent.
+    #[must_use]
+    pub fn original_uri(mut self, uri: Option<&'a Uri>) -> Self {
+        self.original_uri = uri;
+        self
+    }
+
+    /// Sets the route template the router matched.
+    #[must_use]
+    pub fn route_template(mut self, template: Option<&'a str>) -> Self {
+        self.route_template = template;
+        self
+    }
 }
 
 /// Reads a [`Dispatch`] from a request's extensions.
