@@ -95,18 +95,35 @@ impl Adapter for TowerAdapter {
         let service = tower::ServiceBuilder::new()
             .layer(x402_tower::PaywallLayer::new(engine))
             .service(inner);
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let service = TowerToHyperService::new(service.clone());
-                tokio::spawn(async move {
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
+        serve_hyper(listener, service);
     }
+}
+
+/// Serves a tower service with hyper directly (HTTP/1.1), one task per
+/// connection, until the runtime ends.
+pub fn serve_hyper<S, B>(listener: TcpListener, service: S)
+where
+    S: tower::Service<http::Request<hyper::body::Incoming>, Response = http::Response<B>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let service = TowerToHyperService::new(service.clone());
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
 }

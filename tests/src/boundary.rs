@@ -19,7 +19,6 @@ use actix_web::{
 };
 use axum::{extract::State, routing::get, Router};
 use base64::Engine as _;
-use hyper_util::{rt::TokioIo, service::TowerToHyperService};
 use serde_json::Value;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -431,23 +430,10 @@ where
     B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    use tower::ServiceExt;
     let service = service.map_request(|request: http::Request<hyper::body::Incoming>| {
         request.map(axum::body::Body::new)
     });
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let service = TowerToHyperService::new(service.clone());
-            tokio::spawn(async move {
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
+    crate::adapters::serve_hyper(listener, service);
 }
 
 async fn serve_actix(shape: Shape, listener: TcpListener, engine: Engine, tag: Tag) -> StopOnDrop {
