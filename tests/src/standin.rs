@@ -40,6 +40,9 @@ pub enum VerifyMode {
     Invalid(String),
     /// 500 `{"error":"boom"}`.
     Error500,
+    /// 500 `{"isValid":true,"payer":PAYER}`: an error status, whatever the
+    /// body says.
+    ValidUnder500,
     /// 200 with a body that is not JSON.
     Malformed,
     /// Sleeps [`SLOW_DELAY`] before answering valid.
@@ -57,6 +60,8 @@ pub enum SettleMode {
     Refuse(String),
     /// 500 `{"error":"boom"}`.
     Error500,
+    /// 500 `{"success":true,...}`: an error status, whatever the body says.
+    SuccessUnder500,
     /// Closes the connection without answering.
     Hangup,
     /// Sleeps [`SLOW_DELAY`] before answering success.
@@ -237,6 +242,11 @@ async fn verify(
             Json(json!({"isValid": false, "invalidReason": reason, "payer": PAYER})).into_response()
         }
         VerifyMode::Error500 => boom(),
+        VerifyMode::ValidUnder500 => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(json!({"isValid": true, "payer": PAYER})),
+        )
+            .into_response(),
         VerifyMode::Malformed => (
             StatusCode::OK,
             [("content-type", "application/json")],
@@ -274,6 +284,11 @@ async fn settle(
         }))
         .into_response(),
         SettleMode::Error500 => boom(),
+        SettleMode::SuccessUnder500 => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(json!({"success": true, "transaction": TX_HASH, "network": network})),
+        )
+            .into_response(),
         SettleMode::Hangup => hang(&kill).await,
         SettleMode::Slow => {
             tokio::time::sleep(SLOW_DELAY).await;

@@ -269,6 +269,7 @@ pub async fn s06_facilitator_unavailable_at_verify<A: Adapter>() {
     let f = Fixture::new::<A>().await;
     let modes = [
         VerifyMode::Error500,
+        VerifyMode::ValidUnder500,
         VerifyMode::Malformed,
         VerifyMode::Slow,
         VerifyMode::Hangup,
@@ -345,9 +346,14 @@ pub async fn s08_settlement_refused<A: Adapter>() {
 /// 9. Settlement transport error after the handler: 502, body withheld.
 pub async fn s09_settlement_unknown<A: Adapter>() {
     let f = Fixture::new::<A>().await;
-    for (i, mode) in [SettleMode::Error500, SettleMode::Hangup, SettleMode::Slow]
-        .into_iter()
-        .enumerate()
+    for (i, mode) in [
+        SettleMode::Error500,
+        SettleMode::SuccessUnder500,
+        SettleMode::Hangup,
+        SettleMode::Slow,
+    ]
+    .into_iter()
+    .enumerate()
     {
         f.standin.set_settle(mode.clone());
         let reply = f.pay_v2("/paid").await;

@@ -505,6 +505,37 @@ async fn settle_non_2xx_with_answer_body_is_that_answer() {
     assert_eq!(receipt.network, "eip155:84532");
 }
 
+/// A non-2xx reply refuses, never approves: a "valid" verdict or a
+/// "successful" settlement under an error status is an error (so the engine
+/// answers 502, runs no handler at verify, and withholds the body at
+/// settlement).
+#[tokio::test]
+async fn a_non_2xx_reply_never_approves() {
+    for status in [400, 401, 404, 429, 500, 502, 503] {
+        let server = StandIn::always(Canned::json(
+            status,
+            &json!({"isValid": true, "payer": "0xbuyer"}),
+        ))
+        .await;
+        let err = server.client().verify(&v2_request()).await.unwrap_err();
+        assert!(
+            matches!(err, FacilitatorError::Status { status: s, .. } if s == status),
+            "{status}: {err:?}"
+        );
+
+        let server = StandIn::always(Canned::json(
+            status,
+            &json!({"success": true, "transaction": "0xtx", "network": "eip155:84532"}),
+        ))
+        .await;
+        let err = server.client().settle(&v2_request()).await.unwrap_err();
+        assert!(
+            matches!(err, FacilitatorError::Status { status: s, .. } if s == status),
+            "{status}: {err:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn settle_non_2xx_without_answer_is_status_error() {
     let server = StandIn::always(Canned::json(503, &json!({"error": "maintenance"}))).await;

@@ -3,8 +3,11 @@
 //!
 //! Replies are read defensively (spec §4.2, pitfalls P6, P11, P12, P14):
 //!
-//! - `/verify` answers are always judged by `isValid`, never by the status.
-//!   A non-2xx reply whose body is a verdict (`{"isValid": false, ...}`) is
+//! - A non-2xx reply can refuse but never approve: `{"isValid": true}` or
+//!   `{"success": true}` under an error status is an error
+//!   ([`FacilitatorError::Status`]), never a valid payment or a settlement.
+//! - `/verify` answers are judged by `isValid` and by the status. A non-2xx
+//!   reply whose body is an invalid verdict (`{"isValid": false, ...}`) is
 //!   that verdict, and a non-2xx reply `{"error": "<reason_code>: <text>"}` is
 //!   an invalid verdict with that reason when the status is a 4xx about the
 //!   request (not 401, 403, 404, 405, 407, 408 or 429) or the code starts with
@@ -580,7 +583,7 @@ fn verify_reply(reply: &Reply) -> Result<VerifyResponse, FacilitatorError> {
     }
     let object = reply.json_object();
     if let Some(object) = &object {
-        if object.contains_key("isValid") {
+        if object.get("isValid") == Some(&Value::Bool(false)) {
             if let Ok(verdict) = serde_json::from_value(Value::Object(object.clone())) {
                 return Ok(verdict);
             }
@@ -627,7 +630,7 @@ fn settle_reply(reply: &Reply, network: &str) -> Result<SettleResponse, Facilita
     }
     let object = reply.json_object();
     if let Some(object) = &object {
-        if object.get("success").is_some_and(Value::is_boolean) {
+        if object.get("success") == Some(&Value::Bool(false)) {
             let mut object = object.clone();
             normalize_settle(&mut object);
             if !object.get("network").is_some_and(Value::is_string) {
