@@ -37,14 +37,47 @@ pub fn eip3009_payload(to: &str, value: &str) -> Value {
     })
 }
 
-/// The v2 payment JSON for `accepted` (a row copied from a 402's `accepts`).
+/// A Permit2 payload for `accepted` (an `upto` or Permit2 `exact` row): a
+/// 65-byte signature and a permit with a random nonce, valid for the next
+/// five minutes.
+pub fn permit2_payload(accepted: &Value) -> Value {
+    let deadline = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 300;
+    let proxy = if accepted["scheme"] == "upto" {
+        x402_core::evm::UPTO_PERMIT2_PROXY
+    } else {
+        x402_core::evm::EXACT_PERMIT2_PROXY
+    };
+    json!({
+        "signature": random_hex(65),
+        "permit2Authorization": {
+            "from": PAYER,
+            "permitted": {"token": accepted["asset"], "amount": accepted["amount"]},
+            "spender": proxy.to_checksum(None),
+            "nonce": random_hex(16),
+            "deadline": deadline.to_string(),
+            "witness": {"to": accepted["payTo"], "validAfter": "0"},
+        }
+    })
+}
+
+/// The v2 payment JSON for `accepted` (a row copied from a 402's `accepts`),
+/// in the transfer method the row advertises.
 pub fn v2_payment(accepted: &Value, resource: Option<&Value>) -> Value {
     let to = accepted["payTo"].as_str().unwrap_or(PAY_TO);
     let value = accepted["amount"].as_str().unwrap_or("0");
+    let payload = if accepted["extra"]["assetTransferMethod"] == "permit2" {
+        permit2_payload(accepted)
+    } else {
+        eip3009_payload(to, value)
+    };
     let mut payment = json!({
         "x402Version": 2,
         "accepted": accepted,
-        "payload": eip3009_payload(to, value),
+        "payload": payload,
     });
     if let Some(resource) = resource {
         payment["resource"] = resource.clone();

@@ -237,6 +237,24 @@ pub async fn s04_no_matching_requirements<A: Adapter>() {
         let reply = f.get("/paid", &[("X-PAYMENT", &header)]).await;
         assert_challenge(&reply, "no_matching_requirements");
     }
+    // The requirement matched, but the payload moves the money by another
+    // transfer method than the one offered (Permit2 on an EIP-3009 route),
+    // or by both, or by none.
+    let to = row["payTo"].as_str().unwrap();
+    let eip3009 = payment::eip3009_payload(to, "10000");
+    let permit2 = payment::permit2_payload(&row);
+    let mut both = eip3009.clone();
+    both["permit2Authorization"] = permit2["permit2Authorization"].clone();
+    for payload in [permit2, both, json!({"signature": "0x00"})] {
+        let payment = json!({"x402Version": 2, "accepted": row, "payload": payload});
+        let reply = f
+            .get(
+                "/paid",
+                &[("PAYMENT-SIGNATURE", &payment::encode(&payment))],
+            )
+            .await;
+        assert_challenge(&reply, "no_matching_requirements");
+    }
     f.handler.assert_calls(0);
     f.standin.assert_calls(0, 0);
 }

@@ -115,20 +115,31 @@ fn valid_before() -> String {
     (now + 300).to_string()
 }
 
-/// A `PAYMENT-SIGNATURE` for a row of a 402 (a fresh nonce each time).
+/// A `PAYMENT-SIGNATURE` for a row of a 402 (a fresh nonce each time), in
+/// the transfer method the row advertises.
 fn pay(row: &Value) -> String {
-    codec::encode(&json!({
-        "x402Version": 2,
-        "accepted": row,
-        "payload": {
+    let payload = if row["extra"]["assetTransferMethod"] == "permit2" {
+        json!({
+            "signature": random_hex(65),
+            "permit2Authorization": {
+                "from": PAYER,
+                "permitted": {"token": row["asset"], "amount": row["amount"]},
+                "spender": x402_core::evm::UPTO_PERMIT2_PROXY.to_checksum(None),
+                "nonce": format!("0x{}", random_hex(16).trim_start_matches("0x")),
+                "deadline": valid_before(),
+                "witness": {"to": row["payTo"], "validAfter": "0"}
+            }
+        })
+    } else {
+        json!({
             "signature": random_hex(65),
             "authorization": {
                 "from": PAYER, "to": row["payTo"], "value": row["amount"], "validAfter": "0",
                 "validBefore": valid_before(), "nonce": random_hex(32)
             }
-        }
-    }))
-    .unwrap()
+        })
+    };
+    codec::encode(&json!({"x402Version": 2, "accepted": row, "payload": payload})).unwrap()
 }
 
 /// One request through the engine; the handler answers `status`, with

@@ -1,9 +1,11 @@
 //! Matching a payment to one of the requirements a route offers (spec §7).
 
+use serde_json::Value;
+
 use crate::{
-    network,
+    network::{self, Family},
     proto::{v1, v2, JsonObject},
-    route::EXACT,
+    route::{EXACT, UPTO},
 };
 
 /// Addresses compare case-insensitively on EVM (`0x…`), exactly elsewhere
@@ -55,6 +57,34 @@ pub(crate) fn match_v1(
     })
 }
 
+/// Whether an EVM payment's `payload` uses the transfer method its
+/// requirement advertises: Permit2 (`permit2Authorization` under
+/// `assetTransferMethod: "permit2"`) or EIP-3009 (`authorization`, the
+/// default). A facilitator that accepts both would otherwise move the money
+/// by a method the seller never offered. Other families and schemes are
+/// left to their facilitator.
+pub(crate) fn transfer_method_matches(
+    requirement: &v2::PaymentRequirements,
+    payload: &Value,
+) -> bool {
+    let scheme = requirement.scheme.as_str();
+    if network::family(&requirement.network) != Family::Evm || (scheme != EXACT && scheme != UPTO) {
+        return true;
+    }
+    let permit2 = requirement
+        .extra
+        .get("assetTransferMethod")
+        .and_then(Value::as_str)
+        == Some("permit2");
+    let has = |key: &str| payload.get(key).is_some_and(|v| !v.is_null());
+    let (wanted, other) = if permit2 {
+        ("permit2Authorization", "authorization")
+    } else {
+        ("authorization", "permit2Authorization")
+    };
+    has(wanted) && !has(other)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -103,6 +133,34 @@ mod tests {
             mutate(&mut a);
             assert!(match_v2(&accepts, &a).is_none(), "{a:?}");
         }
+    }
+
+    #[test]
+    fn the_payload_uses_the_advertised_transfer_method() {
+        let eip3009 = json!({"signature": "0x", "authorization": {"from": "0x1"}});
+        let permit2 = json!({"signature": "0x", "permit2Authorization": {"from": "0x1"}});
+        let both = json!({"authorization": {}, "permit2Authorization": {}});
+        let exact = row();
+        assert!(transfer_method_matches(&exact, &eip3009));
+        assert!(!transfer_method_matches(&exact, &permit2));
+        assert!(!transfer_method_matches(&exact, &both));
+        assert!(!transfer_method_matches(&exact, &json!({})));
+        let mut over_permit2 = row();
+        over_permit2
+            .extra
+            .insert("assetTransferMethod".into(), json!("permit2"));
+        assert!(transfer_method_matches(&over_permit2, &permit2));
+        assert!(!transfer_method_matches(&over_permit2, &eip3009));
+        let mut upto = over_permit2.clone();
+        upto.scheme = "upto".into();
+        assert!(!transfer_method_matches(&upto, &eip3009));
+        // Not EVM: the facilitator's business.
+        let mut svm = row();
+        svm.network = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1".into();
+        assert!(transfer_method_matches(
+            &svm,
+            &json!({"transaction": "..."})
+        ));
     }
 
     #[test]

@@ -1449,6 +1449,10 @@ impl Engine {
             return refuse(Refusal::NoMatchingRequirements, Some(version), None);
         };
         let offer = matched.offer;
+        if !matching::transfer_method_matches(&offer.requirements, payload.payload()) {
+            tracing::debug!("x402: payment's transfer method is not the one offered");
+            return refuse(Refusal::NoMatchingRequirements, Some(version), None);
+        }
 
         // The facilitator always gets the server's own requirement.
         let requirements = match version {
