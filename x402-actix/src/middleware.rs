@@ -15,10 +15,11 @@ use actix_web::{
 };
 use x402_core::{
     engine::{
-        handler_failed_response, Completion, ConfigError, Decision, EngineResponse, PaidRequest,
+        handler_failed_response, Completion, ConfigError, Decision, EngineResponse, Guard,
+        PaidRequest,
     },
     route::SettlementTiming,
-    BoundRoute, Engine, Route,
+    Engine, Route,
 };
 
 use crate::convert::{self, RequestHead};
@@ -80,16 +81,14 @@ use crate::convert::{self, RequestHead};
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct X402Middleware {
-    engine: Engine,
-    bound: Option<BoundRoute>,
+    guard: Guard,
 }
 
 impl X402Middleware {
     /// The paywall driven by `engine`'s route table.
     pub fn new(engine: Engine) -> Self {
         Self {
-            engine,
-            bound: None,
+            guard: Guard::Table(engine),
         }
     }
 
@@ -118,14 +117,13 @@ impl X402Middleware {
     /// ```
     pub fn route(&self, route: Route) -> Result<Self, ConfigError> {
         Ok(Self {
-            engine: self.engine.clone(),
-            bound: Some(self.engine.bind(route)?),
+            guard: Guard::Route(self.engine().bind(route)?),
         })
     }
 
     /// The engine.
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        self.guard.engine()
     }
 }
 
@@ -149,8 +147,7 @@ where
     fn new_transform(&self, service: S) -> Self::Future {
         ready(Ok(X402MiddlewareService {
             service: Rc::new(service),
-            engine: self.engine.clone(),
-            bound: self.bound.clone(),
+            guard: self.guard.clone(),
         }))
     }
 }
@@ -162,14 +159,13 @@ pub struct X402MiddlewareService<S> {
     // `Rc`: the inner service is called from the response future, after the
     // engine decided, and actix-web runs each worker on one thread.
     service: Rc<S>,
-    engine: Engine,
-    bound: Option<BoundRoute>,
+    guard: Guard,
 }
 
 impl<S> fmt::Debug for X402MiddlewareService<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("X402MiddlewareService")
-            .field("engine", &self.engine)
+            .field("guard", &self.guard)
             .finish_non_exhaustive()
     }
 }
@@ -194,16 +190,15 @@ where
         // rather than cloned and swapped as tower requires (the pattern of
         // actix-session's `SessionMiddleware`).
         let service = Rc::clone(&self.service);
-        let (engine, bound) = (self.engine.clone(), self.bound.clone());
-        Box::pin(async move { handle(&*service, &engine, bound.as_ref(), request).await })
+        let guard = self.guard.clone();
+        Box::pin(async move { handle(&*service, &guard, request).await })
     }
 }
 
 /// One request through the engine: the same flow as `x402_tower::Paywall`.
 async fn handle<S, B>(
     service: &S,
-    engine: &Engine,
-    bound: Option<&BoundRoute>,
+    guard: &Guard,
     request: ServiceRequest,
 ) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error>
 where
@@ -211,10 +206,7 @@ where
     B: MessageBody,
 {
     let decision = match RequestHead::from_request(&request) {
-        Ok(head) => match bound {
-            Some(route) => route.process(head.view()).await,
-            None => engine.process(head.view()).await,
-        },
+        Ok(head) => guard.process(head.view()).await,
         Err(reason) => {
             // Unreachable for anything actix-web parsed (see `convert`), and
             // refused rather than let past the paywall unexamined.

@@ -29,7 +29,7 @@ mod unix;
 pub mod webhook;
 
 pub use engine::{
-    BoundRoute, Completion, Decision, Engine, EngineBuilder, PaidRequest, SessionCall,
+    BoundRoute, Completion, Decision, Engine, EngineBuilder, Guard, PaidRequest, SessionCall,
     VerifiedPayment,
 };
 pub use facilitator::Facilitator;

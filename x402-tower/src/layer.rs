@@ -1,5 +1,8 @@
 use tower_layer::Layer;
-use x402_core::{engine::ConfigError, BoundRoute, Engine, Route};
+use x402_core::{
+    engine::{ConfigError, Guard},
+    Engine, Route,
+};
 
 use crate::{dispatch::ReadDispatch, Paywall};
 
@@ -7,8 +10,7 @@ use crate::{dispatch::ReadDispatch, Paywall};
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct PaywallLayer {
-    engine: Engine,
-    bound: Option<BoundRoute>,
+    guard: Guard,
     read_dispatch: ReadDispatch,
 }
 
@@ -17,8 +19,7 @@ impl PaywallLayer {
     /// one of its routes covers it (see [`x402_core::boundary`]).
     pub fn new(engine: Engine) -> Self {
         Self {
-            engine,
-            bound: None,
+            guard: Guard::Table(engine),
             read_dispatch: crate::dispatch::nothing,
         }
     }
@@ -51,8 +52,7 @@ impl PaywallLayer {
     /// ```
     pub fn route(&self, route: Route) -> Result<Self, ConfigError> {
         Ok(Self {
-            engine: self.engine.clone(),
-            bound: Some(self.engine.bind(route)?),
+            guard: Guard::Route(self.engine().bind(route)?),
             read_dispatch: self.read_dispatch,
         })
     }
@@ -70,7 +70,7 @@ impl PaywallLayer {
 
     /// The engine.
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        self.guard.engine()
     }
 }
 
@@ -78,11 +78,6 @@ impl<S> Layer<S> for PaywallLayer {
     type Service = Paywall<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Paywall::with_parts(
-            inner,
-            self.engine.clone(),
-            self.bound.clone(),
-            self.read_dispatch,
-        )
+        Paywall::with_parts(inner, self.guard.clone(), self.read_dispatch)
     }
 }

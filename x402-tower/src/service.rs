@@ -5,9 +5,9 @@ use http_body::Body;
 use http_body_util::BodyExt;
 use tower_service::Service;
 use x402_core::{
-    engine::{handler_failed_response, Completion, Decision, Immediate, PaidRequest},
+    engine::{handler_failed_response, Completion, Decision, Guard, Immediate, PaidRequest},
     route::{RequestView, SettlementTiming},
-    BoundRoute, Engine, VerifiedPayment,
+    Engine, VerifiedPayment,
 };
 
 use crate::{dispatch::ReadDispatch, PaywallBody, ResponseFuture};
@@ -16,27 +16,20 @@ use crate::{dispatch::ReadDispatch, PaywallBody, ResponseFuture};
 #[derive(Debug, Clone)]
 pub struct Paywall<S> {
     inner: S,
-    engine: Engine,
-    bound: Option<BoundRoute>,
+    guard: Guard,
     read_dispatch: ReadDispatch,
 }
 
 impl<S> Paywall<S> {
     /// Wraps `inner` with the paywall driven by `engine`'s route table.
     pub fn new(inner: S, engine: Engine) -> Self {
-        Self::with_parts(inner, engine, None, crate::dispatch::nothing)
+        Self::with_parts(inner, Guard::Table(engine), crate::dispatch::nothing)
     }
 
-    pub(crate) fn with_parts(
-        inner: S,
-        engine: Engine,
-        bound: Option<BoundRoute>,
-        read_dispatch: ReadDispatch,
-    ) -> Self {
+    pub(crate) fn with_parts(inner: S, guard: Guard, read_dispatch: ReadDispatch) -> Self {
         Self {
             inner,
-            engine,
-            bound,
+            guard,
             read_dispatch,
         }
     }
@@ -58,7 +51,7 @@ impl<S> Paywall<S> {
 
     /// The engine.
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        self.guard.engine()
     }
 }
 
@@ -83,16 +76,9 @@ where
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         // Unprotected requests and ready-made 402s are decided here, with no
         // clone of the inner service and no boxed engine future.
-        let now = {
-            let view = view(&request, self.read_dispatch);
-            match &self.bound {
-                Some(route) => route.process_now(view),
-                None => self.engine.process_now(view),
-            }
-        };
-        match now {
+        match self.guard.process_now(view(&request, self.read_dispatch)) {
             Some(Immediate::Pass) => {
-                self.check_placement(&request);
+                passed(&self.guard, &request, self.read_dispatch);
                 let future = self.inner.call(request);
                 return ResponseFuture::boxed(async move {
                     future.await.map(|r| r.map(PaywallBody::stream))
@@ -109,21 +95,13 @@ where
         // tower-service's docs).
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let (engine, bound, read) = (self.engine.clone(), self.bound.clone(), self.read_dispatch);
+        let (guard, read) = (self.guard.clone(), self.read_dispatch);
 
         ResponseFuture::boxed(async move {
-            let decision = {
-                let view = view(&request, read);
-                match &bound {
-                    Some(route) => route.process(view).await,
-                    None => engine.process(view).await,
-                }
-            };
+            let decision = guard.process(view(&request, read)).await;
             let paid = match decision {
                 Decision::Pass => {
-                    if bound.is_none() {
-                        check_placement(&engine, &request, read);
-                    }
+                    passed(&guard, &request, read);
                     return inner
                         .call(request)
                         .await
@@ -139,23 +117,15 @@ where
     }
 }
 
-impl<S> Paywall<S> {
-    fn check_placement<B>(&self, request: &Request<B>) {
-        if self.bound.is_none() {
-            check_placement(&self.engine, request, self.read_dispatch);
-        }
-    }
-}
-
-/// For a request that passes: a route table declared by the paths a nested
-/// router leaves is logged (once, by the engine).
-fn check_placement<B>(engine: &Engine, request: &Request<B>, read: ReadDispatch) {
+/// For a request that passes, when its router rewrote the URI: the guard
+/// checks the request as the inner service sees it.
+fn passed<B>(guard: &Guard, request: &Request<B>, read: ReadDispatch) {
     let dispatch = read(request.extensions());
     if dispatch
         .original_uri
         .is_some_and(|uri| uri != request.uri())
     {
-        engine.warn_if_declared_relative(RequestView::new(
+        guard.passed(RequestView::new(
             request.method(),
             request.uri(),
             request.headers(),

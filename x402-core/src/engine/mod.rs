@@ -739,6 +739,54 @@ impl BoundRoute {
     }
 }
 
+/// What one paywall layer protects: the engine's route table, or one
+/// [`BoundRoute`]. Adapters hold one and ask it about every request, so the
+/// choice between the two is made here, once.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Guard {
+    /// Every route of the engine's table (see [`Engine::process`]).
+    Table(Engine),
+    /// One route, for the handler it wraps (see [`BoundRoute::process`]).
+    Route(BoundRoute),
+}
+
+impl Guard {
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        match self {
+            Self::Table(engine) => engine,
+            Self::Route(route) => route.engine(),
+        }
+    }
+
+    /// As [`Engine::process_now`].
+    pub fn process_now(&self, request: RequestView<'_>) -> Option<Immediate> {
+        match self {
+            Self::Table(engine) => engine.process_now(request),
+            Self::Route(route) => route.process_now(request),
+        }
+    }
+
+    /// As [`Engine::process`].
+    pub async fn process(&self, request: RequestView<'_>) -> Decision {
+        match self {
+            Self::Table(engine) => engine.process(request).await,
+            Self::Route(route) => route.process(request).await,
+        }
+    }
+
+    /// For a request that passed: `stripped` is the same request as a nested
+    /// router left it. A table route matching it was declared by the wrong
+    /// path and is logged once ([`Engine::warn_if_declared_relative`]); a
+    /// bound route needs no path.
+    pub fn passed(&self, stripped: RequestView<'_>) {
+        if let Self::Table(engine) = self {
+            engine.warn_if_declared_relative(stripped);
+        }
+    }
+}
+
 /// A decision [`Engine::process_now`] could make without waiting.
 #[derive(Debug)]
 #[non_exhaustive]
