@@ -7,9 +7,14 @@ use std::{
 };
 
 use actix_web::{
-    dev::Payload, http::StatusCode, FromRequest, HttpMessage, HttpRequest, ResponseError,
+    body::BoxBody, dev::Payload, http::StatusCode, web::Bytes, FromRequest, HttpMessage,
+    HttpRequest, HttpResponse, ResponseError,
 };
-use x402_core::{meter::Meter, VerifiedPayment};
+use x402_core::{
+    meter::Meter,
+    rejection::{self, require_meter, require_payment, Rejection},
+    VerifiedPayment,
+};
 
 /// Extracts the payment [`X402Middleware`](crate::X402Middleware) verified for
 /// this request.
@@ -59,12 +64,9 @@ impl FromRequest for Payment {
 
     fn from_request(request: &HttpRequest, _: &mut Payload) -> Self::Future {
         ready(
-            request
-                .extensions()
-                .get::<VerifiedPayment>()
-                .cloned()
+            require_payment(request.extensions().get::<VerifiedPayment>())
                 .map(Payment)
-                .ok_or(MissingPaywall),
+                .map_err(MissingPaywall::from),
         )
     }
 }
@@ -94,36 +96,77 @@ impl FromRequest for UsageMeter {
 
     fn from_request(request: &HttpRequest, _: &mut Payload) -> Self::Future {
         ready(
-            request
-                .extensions()
-                .get::<VerifiedPayment>()
-                .and_then(|payment| payment.meter.clone())
+            require_meter(request.extensions().get::<VerifiedPayment>())
                 .map(UsageMeter)
-                .ok_or(MissingPaywall),
+                .map_err(MissingPaywall::from),
         )
     }
 }
 
-/// The error of the [`Payment`] and [`UsageMeter`] extractors: no verified payment on the
-/// request. Answers 500, since it is a server misconfiguration, never the
-/// client's fault.
-#[derive(Debug, Clone, Copy, Default)]
+/// The error of the [`Payment`] and [`UsageMeter`] extractors: no verified
+/// payment on the request.
+///
+/// A 500 (a server misconfiguration, never the client's fault) whose body
+/// says what to check. Status, reason (`missing_paywall`) and body are
+/// [`x402_core::rejection::MissingPaywall`]'s, so `x402-axum` answers the
+/// same; this type only renders them as an actix-web response.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MissingPaywall;
 
+impl MissingPaywall {
+    /// The framework-neutral rejection this renders.
+    pub fn rejection(self) -> rejection::MissingPaywall {
+        rejection::MissingPaywall::new()
+    }
+}
+
+impl From<rejection::MissingPaywall> for MissingPaywall {
+    fn from(_: rejection::MissingPaywall) -> Self {
+        Self
+    }
+}
+
 impl fmt::Display for MissingPaywall {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(
-            "no verified x402 payment on this request: is the route wrapped in \
-             x402_actix::X402Middleware, and does the engine's route table list it?",
-        )
+        self.rejection().fmt(f)
     }
 }
 
 impl std::error::Error for MissingPaywall {}
 
+impl Rejection for MissingPaywall {
+    fn status(&self) -> http::StatusCode {
+        self.rejection().status()
+    }
+
+    fn reason(&self) -> &'static str {
+        self.rejection().reason()
+    }
+
+    fn body(&self) -> Bytes {
+        self.rejection().body()
+    }
+}
+
 impl ResponseError for MissingPaywall {
     fn status_code(&self) -> StatusCode {
-        StatusCode::INTERNAL_SERVER_ERROR
+        status(&self.rejection())
     }
+
+    fn error_response(&self) -> HttpResponse<BoxBody> {
+        render(&self.rejection())
+    }
+}
+
+/// A core rejection's status, as actix-web's.
+pub(crate) fn status(rejection: &impl Rejection) -> StatusCode {
+    // Both `http` versions accept exactly 100..=999 (see `convert`).
+    StatusCode::from_u16(rejection.status().as_u16()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+/// A core rejection as an actix-web response: its status, headers and body,
+/// as they are.
+pub(crate) fn render(rejection: &impl Rejection) -> HttpResponse<BoxBody> {
+    crate::convert::response(rejection.response())
 }

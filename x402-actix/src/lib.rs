@@ -51,6 +51,14 @@
 //! # Ok(()) }
 //! ```
 //!
+//! [`Discovery`] serves the engine's discovery document
+//! (`GET /.well-known/x402`) and an OpenAPI document of the paid routes, the
+//! same ones `x402-axum` serves.
+//!
+//! Every extractor rejection ([`MissingPaywall`], `WebhookRejection`) is
+//! defined in `x402_core::rejection` and only rendered here, so actix-web and
+//! axum answer it with the same status and body.
+//!
 //! # Bodies
 //!
 //! Routes that settle after the handler (the default) hold the handler's body
@@ -75,12 +83,14 @@
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
 mod convert;
+pub mod discovery;
 mod extract;
 mod middleware;
 #[cfg(feature = "webhooks")]
 #[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
 mod webhook;
 
+pub use self::discovery::Discovery;
 pub use self::extract::{MissingPaywall, Payment, UsageMeter};
 pub use self::middleware::{X402Middleware, X402MiddlewareService};
 #[cfg(feature = "webhooks")]

@@ -1,26 +1,41 @@
 //! An extractor for signed x402 webhooks (Standard Webhooks format): the
 //! actix-web twin of `x402_axum::VerifiedWebhook`.
 
-use std::{fmt, future::Future, pin::Pin};
+use std::{
+    fmt,
+    future::{poll_fn, Future},
+    pin::{pin, Pin},
+};
 
 use actix_web::{
-    body::{self, BodyStream},
+    body::{BodyStream, BoxBody, MessageBody},
     dev::Payload,
-    http::{header, StatusCode},
-    web, FromRequest, HttpRequest, HttpResponse, ResponseError,
+    error::PayloadError,
+    http::StatusCode,
+    web::{self, Bytes},
+    FromRequest, HttpRequest, HttpResponse, ResponseError,
 };
-use x402_core::webhook::{WebhookError, WebhookEvent, WebhookVerifier};
+use x402_core::{
+    rejection::{self, Rejection, WebhookIntake},
+    webhook::{WebhookEvent, WebhookVerifier},
+};
 
-use crate::convert::headers_to_http1;
+use crate::{
+    convert::headers_to_http1,
+    extract::{render, status},
+};
 
 /// A webhook whose signature and timestamp checked out, parsed.
 ///
 /// The [`WebhookVerifier`] comes from the app data: register it with
 /// `App::app_data(web::Data::new(verifier))` (or as plain
 /// `App::app_data(verifier)`). The body is read up to the verifier's
-/// [`body_limit`](WebhookVerifier::body_limit). Rejects with
-/// [`WebhookRejection`]: 401 for a bad signature, timestamp or missing
-/// headers, 413 for an oversized body, 500 when no verifier is registered.
+/// [`body_limit`](WebhookVerifier::body_limit); a request whose
+/// `Content-Length` declares more is refused before any of it is read.
+/// Rejects with [`WebhookRejection`]: 401 for a bad signature, timestamp or
+/// missing headers, 413 for an oversized body, 500 when no verifier is
+/// registered (x402-core's [`WebhookIntake`] decides, as it does for
+/// `x402-axum`).
 /// Delivery is at-least-once: deduplicate on [`WebhookEvent::id`].
 ///
 /// ```
@@ -52,72 +67,74 @@ impl VerifiedWebhook {
 }
 
 /// Why [`VerifiedWebhook`] refused a request.
+///
+/// Which refusal it is, with its status, reason and body, is x402-core's
+/// [`rejection::WebhookRejection`] ([`kind`](Self::kind)); this type only
+/// renders it as an actix-web response, so `x402-axum` answers the same:
+///
+/// | [`kind`](Self::kind) | Status | Body |
+/// |---|---|---|
+/// | `MissingVerifier` | 500 | `webhook_misconfigured` |
+/// | `BodyTooLarge` (declared `Content-Length` or read) | 413 | `body_too_large` |
+/// | `BodyUnreadable` | 400 | `body_unreadable` |
+/// | `Invalid` (signature, timestamp, headers, event) | 401 | `invalid_webhook` |
+///
+/// The body is only the reason; its `Display` (for logs) says which check
+/// failed.
 #[derive(Debug)]
-#[non_exhaustive]
-pub enum WebhookRejection {
-    /// No [`WebhookVerifier`] in the app data (500).
-    MissingVerifier,
-    /// The body exceeds the verifier's limit (413).
-    BodyTooLarge,
-    /// The body could not be read (400).
-    BodyUnreadable,
-    /// The signature, timestamp or headers did not check out (401; 413 for
-    /// [`WebhookError::BodyTooLarge`]).
-    Invalid(WebhookError),
-}
+pub struct WebhookRejection(rejection::WebhookRejection);
 
 impl WebhookRejection {
-    /// The short reason sent as the response body.
-    fn reason(&self) -> &'static str {
-        match self {
-            Self::MissingVerifier => "webhook_misconfigured",
-            Self::BodyTooLarge | Self::Invalid(WebhookError::BodyTooLarge) => "body_too_large",
-            Self::BodyUnreadable => "body_unreadable",
-            Self::Invalid(_) => "invalid_webhook",
-        }
+    /// Which refusal this is.
+    pub fn kind(&self) -> &rejection::WebhookRejection {
+        &self.0
+    }
+
+    /// Which refusal this is, by value.
+    pub fn into_kind(self) -> rejection::WebhookRejection {
+        self.0
+    }
+}
+
+impl From<rejection::WebhookRejection> for WebhookRejection {
+    fn from(rejection: rejection::WebhookRejection) -> Self {
+        Self(rejection)
     }
 }
 
 impl fmt::Display for WebhookRejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::MissingVerifier => f.write_str(
-                "no WebhookVerifier in the app data: add `App::app_data(web::Data::new(verifier))`",
-            ),
-            Self::BodyTooLarge => f.write_str("webhook body too large"),
-            Self::BodyUnreadable => f.write_str("webhook body could not be read"),
-            Self::Invalid(error) => write!(f, "webhook refused: {error}"),
-        }
+        self.0.fmt(f)
     }
 }
 
 impl std::error::Error for WebhookRejection {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Invalid(error) => Some(error),
-            _ => None,
-        }
+        self.0.source()
+    }
+}
+
+impl Rejection for WebhookRejection {
+    fn status(&self) -> http::StatusCode {
+        self.0.status()
+    }
+
+    fn reason(&self) -> &'static str {
+        self.0.reason()
+    }
+
+    fn body(&self) -> Bytes {
+        self.0.body()
     }
 }
 
 impl ResponseError for WebhookRejection {
     fn status_code(&self) -> StatusCode {
-        match self {
-            Self::MissingVerifier => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::BodyTooLarge | Self::Invalid(WebhookError::BodyTooLarge) => {
-                StatusCode::PAYLOAD_TOO_LARGE
-            }
-            Self::BodyUnreadable => StatusCode::BAD_REQUEST,
-            Self::Invalid(_) => StatusCode::UNAUTHORIZED,
-        }
+        status(&self.0)
     }
 
-    fn error_response(&self) -> HttpResponse {
-        // Only the short reason: the details (which check failed) are for
-        // the receiver's logs, not for whoever sent the request.
-        HttpResponse::build(self.status_code())
-            .content_type("text/plain; charset=utf-8")
-            .body(self.reason())
+    fn error_response(&self) -> HttpResponse<BoxBody> {
+        render(&self.0)
     }
 }
 
@@ -134,29 +151,22 @@ impl FromRequest for VerifiedWebhook {
     type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
 
     fn from_request(request: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        let verifier = verifier(request);
-        let headers = headers_to_http1(request.headers());
-        let declared_length = request
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok());
+        // A missing verifier or a declared oversized body is refused here,
+        // before a byte of the body is read.
+        let intake = WebhookIntake::start(verifier(request), headers_to_http1(request.headers()));
         let payload = payload.take();
         Box::pin(async move {
-            let verifier = verifier.ok_or(WebhookRejection::MissingVerifier)?;
-            let limit = verifier.body_limit();
-            // Refuse a declared oversized body before reading any of it.
-            if declared_length.is_some_and(|n| n > limit as u64) {
-                return Err(WebhookRejection::BodyTooLarge);
+            let mut intake = intake?;
+            let mut body = pin!(BodyStream::new(payload));
+            while let Some(chunk) = poll_fn(|cx| body.as_mut().poll_next(cx)).await {
+                let chunk = chunk.map_err(|error| match error {
+                    PayloadError::Overflow => rejection::WebhookRejection::BodyTooLarge,
+                    _ => rejection::WebhookRejection::BodyUnreadable,
+                })?;
+                // Stops reading at the first chunk past the limit.
+                intake.push(&chunk)?;
             }
-            let body = body::to_bytes_limited(BodyStream::new(payload), limit)
-                .await
-                .map_err(|_| WebhookRejection::BodyTooLarge)?
-                .map_err(|_| WebhookRejection::BodyUnreadable)?;
-            verifier
-                .verify(&headers, &body)
-                .map(Self)
-                .map_err(WebhookRejection::Invalid)
+            Ok(Self(intake.finish()?))
         })
     }
 }
@@ -266,6 +276,36 @@ mod tests {
         let verifier = WebhookVerifier::new([secret.clone()]).max_body_bytes(64);
         let (status, body) = call(Some(verifier), signed(&secret, BODY)).await;
         assert_eq!((status, body.as_str()), (413, "body_too_large"));
+    }
+
+    #[actix_web::test]
+    async fn a_declared_oversized_body_is_refused_413_before_reading() {
+        let secret = WebhookSecret::generate();
+        let verifier = WebhookVerifier::new([secret.clone()]).max_body_bytes(BODY.len());
+        // The body itself fits: only the declared length can refuse it.
+        let request = signed(&secret, BODY).insert_header(("content-length", "1000000"));
+        let (status, body) = call(Some(verifier.clone()), request).await;
+        assert_eq!((status, body.as_str()), (413, "body_too_large"));
+        // Exactly the limit passes.
+        let (status, _) = call(Some(verifier), signed(&secret, BODY)).await;
+        assert_eq!(status, 200);
+    }
+
+    #[actix_web::test]
+    async fn rejections_render_the_core_response() {
+        use actix_web::ResponseError as _;
+        use x402_core::rejection::{self, Rejection as _};
+
+        let rejection = super::WebhookRejection::from(rejection::WebhookRejection::BodyUnreadable);
+        let expected = rejection.kind().response();
+        let response = rejection.error_response();
+        assert_eq!(response.status().as_u16(), expected.status().as_u16());
+        assert_eq!(
+            response.headers().get("content-type").unwrap().as_bytes(),
+            expected.headers()["content-type"].as_bytes()
+        );
+        let body = to_bytes(response.into_body()).await.unwrap();
+        assert_eq!(&body, expected.body());
     }
 
     #[actix_web::test]

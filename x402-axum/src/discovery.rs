@@ -19,13 +19,13 @@ mod well_known {
 
     use axum::{
         extract::State,
-        http::{header, HeaderMap, HeaderValue},
+        http::HeaderMap,
         response::{IntoResponse, Response},
         routing::get,
-        Json, Router,
+        Router,
     };
     use x402_core::{
-        discovery::{OpenApiInfo, WELL_KNOWN_PATH},
+        discovery::{DiscoveryDocument, DiscoveryEndpoints, OpenApiInfo},
         Engine,
     };
 
@@ -33,6 +33,11 @@ mod well_known {
     /// with [`openapi`](Self::openapi), an OpenAPI 3.1 document at
     /// `GET /.well-known/x402/openapi.json`. Merge it into the app's router,
     /// outside the paywall layer's protected routes (the routes are free).
+    ///
+    /// What each path answers (the base URL, the caching and CORS headers,
+    /// the JSON) is x402-core's [`DiscoveryEndpoints`], so
+    /// `x402_actix::Discovery` serves the same documents; this type only
+    /// puts them in an axum `Router`.
     ///
     /// ```
     /// # use x402_core::facilitator::{Facilitator, FacilitatorError};
@@ -66,27 +71,12 @@ mod well_known {
     /// ```
     #[derive(Debug, Clone)]
     #[must_use]
-    pub struct Discovery {
-        engine: Engine,
-        base_url: Option<String>,
-        openapi: Option<OpenApiInfo>,
-    }
-
-    #[derive(Debug)]
-    struct Shared {
-        engine: Engine,
-        base_url: Option<String>,
-        openapi: Option<OpenApiInfo>,
-    }
+    pub struct Discovery(DiscoveryEndpoints);
 
     impl Discovery {
         /// Discovery for `engine`'s routes.
         pub fn new(engine: Engine) -> Self {
-            Self {
-                engine,
-                base_url: None,
-                openapi: None,
-            }
+            Self(DiscoveryEndpoints::new(engine))
         }
 
         /// The public base URL of the API (`https://api.example.com`).
@@ -94,15 +84,13 @@ mod well_known {
         /// [`public_origin`](x402_core::EngineBuilder::public_origin) is used
         /// (a client's `Host` only when the engine
         /// [trusts a proxy](x402_core::EngineBuilder::trust_proxy_headers)).
-        pub fn base_url(mut self, url: impl Into<String>) -> Self {
-            self.base_url = Some(url.into());
-            self
+        pub fn base_url(self, url: impl Into<String>) -> Self {
+            Self(self.0.base_url(url))
         }
 
         /// Also serves an OpenAPI 3.1 document with this `info`.
-        pub fn openapi(mut self, info: OpenApiInfo) -> Self {
-            self.openapi = Some(info);
-            self
+        pub fn openapi(self, info: OpenApiInfo) -> Self {
+            Self(self.0.openapi(info))
         }
 
         /// The routes, for [`Router::merge`].
@@ -110,63 +98,33 @@ mod well_known {
         where
             S: Clone + Send + Sync + 'static,
         {
-            let serve_openapi = self.openapi.is_some();
-            let shared = Arc::new(Shared {
-                engine: self.engine,
-                base_url: self.base_url,
-                openapi: self.openapi,
-            });
-            let mut router = Router::new().route(WELL_KNOWN_PATH, get(document));
-            if serve_openapi {
-                router = router.route(&format!("{WELL_KNOWN_PATH}/openapi.json"), get(openapi));
+            let endpoints = Arc::new(self.0);
+            let mut router = Router::new();
+            for (path, document) in endpoints.paths() {
+                router = router.route(
+                    path,
+                    get(
+                        move |State(endpoints): State<Arc<DiscoveryEndpoints>>,
+                              headers: HeaderMap| {
+                            serve(endpoints, document, headers)
+                        },
+                    ),
+                );
             }
-            router.with_state(shared)
+            router.with_state(endpoints)
         }
     }
 
-    /// The base URL: configured here, else the engine's public origin (from
-    /// the request's headers only when the engine trusts a proxy's).
-    fn base_url(shared: &Shared, headers: &HeaderMap) -> (String, bool) {
-        if let Some(url) = &shared.base_url {
-            return (url.clone(), false);
-        }
-        (
-            shared.engine.origin(headers),
-            shared.engine.origin_from_headers(),
-        )
-    }
-
-    fn json(value: serde_json::Value, from_request: bool) -> Response {
-        let mut response = Json(value).into_response();
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CACHE_CONTROL,
-            HeaderValue::from_static("public, max-age=60"),
-        );
-        headers.insert(
-            header::ACCESS_CONTROL_ALLOW_ORIGIN,
-            HeaderValue::from_static("*"),
-        );
-        if from_request {
-            headers.insert(
-                header::VARY,
-                HeaderValue::from_static("host, x-forwarded-host, x-forwarded-proto"),
-            );
-        }
-        response
-    }
-
-    async fn document(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-        let (base, from_request) = base_url(&shared, &headers);
-        json(shared.engine.discovery_document(&base).await, from_request)
-    }
-
-    async fn openapi(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-        let (base, from_request) = base_url(&shared, &headers);
-        let Some(info) = &shared.openapi else {
-            return axum::http::StatusCode::NOT_FOUND.into_response();
-        };
-        json(shared.engine.openapi(info, Some(&base)).await, from_request)
+    async fn serve(
+        endpoints: Arc<DiscoveryEndpoints>,
+        document: DiscoveryDocument,
+        headers: HeaderMap,
+    ) -> Response {
+        endpoints
+            .respond(document, &headers)
+            .await
+            .map(axum::body::Body::from)
+            .into_response()
     }
 }
 

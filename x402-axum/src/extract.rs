@@ -1,9 +1,15 @@
+use axum::body::Bytes;
 use axum_core::{
+    body::Body,
     extract::{FromRequestParts, OptionalFromRequestParts},
     response::{IntoResponse, Response},
 };
 use http::{request::Parts, StatusCode};
-use x402_core::{meter::Meter, VerifiedPayment};
+use x402_core::{
+    meter::Meter,
+    rejection::{self, require_meter, require_payment, Rejection},
+    VerifiedPayment,
+};
 
 /// Extracts the payment the paywall verified for this request.
 ///
@@ -17,38 +23,71 @@ pub struct Payment(pub VerifiedPayment);
 /// `Option<Payment>` under another name, for handlers that prefer it.
 pub type OptionalPayment = Option<Payment>;
 
-/// The rejection of [`Payment`]: no verified payment on the request.
-#[derive(Debug, Clone, Copy, Default)]
+/// The rejection of [`Payment`] and [`UsageMeter`]: no verified payment on
+/// the request.
+///
+/// A 500 (a server misconfiguration, never the client's fault) whose body
+/// says what to check. Status, reason (`missing_paywall`) and body are
+/// [`x402_core::rejection::MissingPaywall`]'s, so `x402-actix` answers the
+/// same; this type only renders them as an axum response.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MissingPaywall;
 
+impl MissingPaywall {
+    /// The framework-neutral rejection this renders.
+    pub fn rejection(self) -> rejection::MissingPaywall {
+        rejection::MissingPaywall::new()
+    }
+}
+
+impl From<rejection::MissingPaywall> for MissingPaywall {
+    fn from(_: rejection::MissingPaywall) -> Self {
+        Self
+    }
+}
+
 impl std::fmt::Display for MissingPaywall {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(
-            "no verified x402 payment on this request: is the route behind x402_axum::PaywallLayer, \
-             and does the engine's route table list it?",
-        )
+        self.rejection().fmt(f)
     }
 }
 
 impl std::error::Error for MissingPaywall {}
 
+impl Rejection for MissingPaywall {
+    fn status(&self) -> StatusCode {
+        self.rejection().status()
+    }
+
+    fn reason(&self) -> &'static str {
+        self.rejection().reason()
+    }
+
+    fn body(&self) -> Bytes {
+        self.rejection().body()
+    }
+}
+
 impl IntoResponse for MissingPaywall {
     fn into_response(self) -> Response {
-        (StatusCode::INTERNAL_SERVER_ERROR, self.to_string()).into_response()
+        render(&self.rejection())
     }
+}
+
+/// A core rejection as an axum response: its status, headers and body, as
+/// they are.
+pub(crate) fn render(rejection: &impl Rejection) -> Response {
+    rejection.response().map(Body::from)
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Payment {
     type Rejection = MissingPaywall;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        parts
-            .extensions
-            .get::<VerifiedPayment>()
-            .cloned()
+        require_payment(parts.extensions.get::<VerifiedPayment>())
             .map(Payment)
-            .ok_or(MissingPaywall)
+            .map_err(MissingPaywall::from)
     }
 }
 
@@ -70,8 +109,8 @@ impl<S: Send + Sync> OptionalFromRequestParts<S> for Payment {
 /// Extracts the usage meter of an `upto` route, where the handler reports
 /// what the call cost (see [`x402_core::meter`]).
 ///
-/// Rejects with [`MissingPaywall`] when the request carries no verified
-/// `upto` payment.
+/// Rejects with [`MissingPaywall`] (500) when the request carries no
+/// verified `upto` payment.
 ///
 /// ```
 /// use x402_axum::UsageMeter;
@@ -88,11 +127,8 @@ impl<S: Send + Sync> FromRequestParts<S> for UsageMeter {
     type Rejection = MissingPaywall;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        parts
-            .extensions
-            .get::<VerifiedPayment>()
-            .and_then(|p| p.meter.clone())
+        require_meter(parts.extensions.get::<VerifiedPayment>())
             .map(UsageMeter)
-            .ok_or(MissingPaywall)
+            .map_err(MissingPaywall::from)
     }
 }

@@ -37,6 +37,10 @@
 //! the URI before `nest` stripped its prefix), so it protects what it wraps
 //! wherever it sits: see its docs for every placement, and
 //! [`PaywallLayer::route`] to price one route where it is declared.
+//!
+//! Every extractor rejection ([`MissingPaywall`], `WebhookRejection`) is
+//! defined in `x402_core::rejection` and only rendered here, so axum and
+//! actix-web answer it with the same status and body.
 
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
@@ -52,6 +56,8 @@ mod layer;
 #[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
 mod webhook;
 
+#[cfg(feature = "discovery")]
+pub use self::discovery::Discovery;
 pub use self::extract::{MissingPaywall, OptionalPayment, Payment, UsageMeter};
 #[cfg(feature = "facilitator-server")]
 pub use self::facilitator::facilitator_router;

@@ -19,6 +19,7 @@ pub mod money;
 pub mod network;
 pub mod paywall;
 pub mod proto;
+pub mod rejection;
 pub mod route;
 pub mod session;
 pub mod svm;

@@ -14,7 +14,14 @@
 //! | `GET /upto/evm/permit2` | `upto`, ceiling 2000 atomic units; the handler charges 1000 |
 //! | `GET /session/demo` | $0.001 per call, or a prepaid session: 100 calls for $0.05 |
 //! | `GET /health` | free |
-//! | `POST /close` | free; answers, then the server shuts down |
+//! | `GET /.well-known/x402`, `GET /.well-known/x402/openapi.json` | free; discovery and OpenAPI documents ([`x402_actix::Discovery`]) |
+//! | `GET /metrics` | free; Prometheus counters (keep it off the public internet) |
+//! | `POST /close` | free; answers, then the server shuts down (loopback only) |
+//!
+//! As in paid-api, `POST /close` stops the server only when it is bound to a
+//! loopback address; bound to any other (`HOST=0.0.0.0`), it answers 404 with
+//! an empty body, as for a path that does not exist, and the server keeps
+//! running ([`AppState::close_enabled`], decided from the bound address).
 //!
 //! The environment is the same as paid-api's ([`Config::from_env`]): `PORT`
 //! (default 4021), `HOST` (default 127.0.0.1), `EVM_*`, `FACILITATOR_URL`,
@@ -37,7 +44,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use actix_web::{dev::ServerHandle, web, App, HttpResponse, HttpServer};
 use serde_json::{json, Value};
-use x402_actix::{Payment, UsageMeter, X402Middleware};
+use x402_actix::{Discovery, Payment, UsageMeter, X402Middleware};
 
 pub use paid_api::{
     timestamp, AppState, AssetConfig, Config, Error, FacilitatorConfig, DEFAULT_NETWORK,
@@ -92,6 +99,8 @@ pub async fn server(config: Config) -> Result<Server, Error> {
     let listener = std::net::TcpListener::bind(config.addr())?;
     let config = config.bound_to(listener.local_addr()?);
     let (engine, state) = paid_api::engine(&config).await?;
+    // Installs the process's Prometheus recorder before the first request.
+    let _ = paid_api::metrics_handle();
     let data = web::Data::new(state.clone());
     let stop = state.clone();
     let http = HttpServer::new(move || {
@@ -99,6 +108,12 @@ pub async fn server(config: Config) -> Result<Server, Error> {
             .app_data(data.clone())
             .wrap(X402Middleware::new(engine.clone()))
             .configure(routes)
+            // What agents and catalogues read, the same documents as
+            // paid-api's: every paid route with its offers, from the engine.
+            .service(Discovery::new(engine.clone()).openapi(paid_api::openapi_info()))
+            // Prometheus counters of challenges, payments, settlements and
+            // sessions. Keep /metrics off the public internet.
+            .route("/metrics", web::get().to(metrics))
     })
     // Replaces actix-web's own signal handling, so that `POST /close`,
     // ctrl-c and SIGTERM all take the same path.
@@ -182,14 +197,28 @@ async fn health() -> HttpResponse {
 
 /// `POST /close`: answers, then shuts the server down (the e2e harness's way
 /// to stop a server). The response goes out before the server stops: the
-/// shutdown is graceful.
+/// shutdown is graceful. Only when bound to loopback: otherwise 404 with an
+/// empty body, as for a path that does not exist, and the server keeps
+/// running.
 async fn close(state: web::Data<AppState>) -> HttpResponse {
+    if !state.close_enabled() {
+        tracing::debug!("POST /close ignored: the server is not bound to loopback");
+        return HttpResponse::NotFound().finish();
+    }
     state.shutdown();
     HttpResponse::Ok().json(json!({ "message": "closing", "timestamp": timestamp() }))
 }
 
 fn message(message: &str) -> Value {
     json!({ "message": message, "timestamp": timestamp() })
+}
+
+/// `GET /metrics`: the Prometheus text exposition of the process's recorder
+/// ([`paid_api::metrics_handle`]), with the engine's x402 series.
+async fn metrics() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(paid_api::metrics_handle().render())
 }
 
 fn success(text: &str) -> HttpResponse {

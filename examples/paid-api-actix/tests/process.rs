@@ -108,3 +108,20 @@ fn sigterm_stops_the_process_with_exit_0() {
     assert!(kill.success());
     assert!(server.exit_status().success());
 }
+
+#[test]
+fn the_binary_serves_discovery_openapi_and_metrics() {
+    let server = Process::start();
+    let document = server.request("GET", "/.well-known/x402");
+    assert!(document.starts_with("HTTP/1.1 200"), "{document}");
+    assert!(document.contains("\"discoveryVersion\":1"), "{document}");
+    let api = server.request("GET", "/.well-known/x402/openapi.json");
+    assert!(api.starts_with("HTTP/1.1 200"), "{api}");
+    assert!(api.contains("\"openapi\":\"3.1.0\""), "{api}");
+
+    let challenge = server.request("GET", "/exact/evm/eip3009");
+    assert!(challenge.starts_with("HTTP/1.1 402"), "{challenge}");
+    let metrics = server.request("GET", "/metrics");
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(metrics.contains("x402_challenges_total{"), "{metrics}");
+}

@@ -8,7 +8,15 @@
 //! | `GET /upto/evm/permit2` | `upto`, ceiling 2000 atomic units; the handler charges 1000 |
 //! | `GET /session/demo` | $0.001 per call, or a prepaid session: 100 calls for $0.05 |
 //! | `GET /health` | free |
-//! | `POST /close` | free; answers, then the server shuts down |
+//! | `POST /close` | free; answers, then the server shuts down (loopback only, see below) |
+//!
+//! `POST /close` stops the server only when it is bound to a loopback
+//! address (`HOST` 127.0.0.1, the default, or `::1`). Bound to any other
+//! address (`HOST=0.0.0.0`, say), anyone who can reach the port could stop
+//! it, so `POST /close` answers 404 with an empty body, as for a path that
+//! does not exist, and changes nothing; stop such a server with SIGTERM or
+//! ctrl-c. The decision is made from the address the listener is bound to
+//! ([`Config::bound_to`]), never from a request's `Host`.
 //!
 //! Configuration comes from the environment ([`Config::from_env`]); with
 //! nothing set, the server runs offline on an in-memory **dev ledger** (fake
@@ -39,6 +47,8 @@ use std::{
 use alloy_primitives::{Address, U256};
 use axum::{
     extract::State,
+    http::StatusCode,
+    response::{IntoResponse, Response},
     routing::{get, post},
     Json, Router,
 };
@@ -136,7 +146,10 @@ impl AssetConfig {
 }
 
 /// Who verifies and settles payments.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its `Debug` output shows URLs as `scheme://host[:port]` and never the
+/// private key.
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FacilitatorConfig {
     /// In process, on an in-memory dev ledger (offline; testnets only). The
@@ -154,9 +167,69 @@ pub enum FacilitatorConfig {
     },
     /// A hosted facilitator over HTTP (`FACILITATOR_URL`).
     Http {
-        /// Its base URL.
+        /// Its base URL: `https://`, or `http://` to a loopback host only.
         url: String,
     },
+}
+
+impl std::fmt::Debug for FacilitatorConfig {
+    // By hand: the key must never reach a log, and URLs may carry an API key
+    // in their userinfo, path or query.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::DevLedger { fund } => f.debug_struct("DevLedger").field("fund", fund).finish(),
+            Self::Chain { rpc_url, .. } => f
+                .debug_struct("Chain")
+                .field("rpc_url", &redact_url(rpc_url))
+                .field("private_key", &"<redacted>")
+                .finish(),
+            Self::Http { url } => f
+                .debug_struct("Http")
+                .field("url", &redact_url(url))
+                .finish(),
+        }
+    }
+}
+
+/// `url` cut down to `scheme://host[:port]`, for logs and `Debug`: no
+/// userinfo, path, query or fragment, any of which may hold a token (node
+/// providers put API keys in the path, webhook endpoints in the query).
+/// Text that does not look like a URL, or whose host part does not look like
+/// a host (a password with a stray `/` in it, say), is not shown at all.
+fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.trim().split_once("://") else {
+        return "<redacted>".to_owned();
+    };
+    if scheme.is_empty()
+        || !scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+    {
+        return "<redacted>".to_owned();
+    }
+    // The authority ends at the first `/`, `?` or `#` (or `\`, which URL
+    // parsers read as `/` in http URLs); the host follows the last `@`.
+    let authority = rest.split(['/', '?', '#', '\\']).next().unwrap_or_default();
+    let host = authority.rsplit('@').next().unwrap_or_default();
+    let port_ok = |port: &str| port.bytes().all(|b| b.is_ascii_digit());
+    let plausible = match host.strip_prefix('[') {
+        Some(bracketed) => bracketed.split_once(']').is_some_and(|(ip, port)| {
+            ip.bytes()
+                .all(|b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.'))
+                && (port.is_empty() || port.strip_prefix(':').is_some_and(port_ok))
+        }),
+        None => {
+            let (name, port) = host.split_once(':').unwrap_or((host, ""));
+            name.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+                && port_ok(port)
+        }
+    };
+    if plausible {
+        format!("{scheme}://{host}")
+    } else {
+        format!("{scheme}://<redacted>")
+    }
 }
 
 /// Everything the server needs; see [`Config::from_env`] for the variables.
@@ -188,13 +261,9 @@ pub struct Config {
 }
 
 impl std::fmt::Debug for Config {
-    // By hand, so that the facilitator key and the webhook secret never reach a log.
+    // By hand, so that the facilitator key, the webhook secret and the
+    // tokens URLs may carry (userinfo, path, query) never reach a log.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let facilitator = match &self.facilitator {
-            FacilitatorConfig::DevLedger { fund } => format!("dev ledger ({} funded)", fund.len()),
-            FacilitatorConfig::Chain { .. } => "in-process on a chain".to_owned(),
-            FacilitatorConfig::Http { url } => format!("http {url}"),
-        };
         f.debug_struct("Config")
             .field("host", &self.host)
             .field("port", &self.port)
@@ -202,9 +271,15 @@ impl std::fmt::Debug for Config {
             .field("network", &self.network)
             .field("pay_to", &self.pay_to)
             .field("asset", &self.asset)
-            .field("facilitator", &facilitator)
-            .field("redis", &self.redis_url.is_some())
-            .field("webhook", &self.webhook.as_ref().map(|(url, _)| url))
+            .field("facilitator", &self.facilitator)
+            .field("redis_url", &self.redis_url.as_deref().map(redact_url))
+            .field(
+                "webhook",
+                &self
+                    .webhook
+                    .as_ref()
+                    .map(|(url, _)| (redact_url(url), "<redacted>")),
+            )
             .finish()
     }
 }
@@ -241,7 +316,9 @@ impl Config {
     /// - `EVM_PAYEE_ADDRESS` (default [`DEFAULT_PAYEE`]: change it);
     /// - `EVM_ASSET`, `EVM_ASSET_NAME`, `EVM_ASSET_VERSION`,
     ///   `EVM_ASSET_DECIMALS` (default: the network's USDC);
-    /// - `FACILITATOR_URL`: a hosted facilitator; else `EVM_RPC_URL` +
+    /// - `FACILITATOR_URL`: a hosted facilitator (`https://`; plain
+    ///   `http://` only to a loopback host, or [`engine`] refuses it); else
+    ///   `EVM_RPC_URL` +
     ///   `FACILITATOR_EVM_PRIVATE_KEY`: the in-process facilitator on that
     ///   chain; else the dev ledger, with `DEV_FUND=0xPAYER=AMOUNT,...`
     ///   (atomic units) credited at start-up;
@@ -391,6 +468,8 @@ pub struct AppState {
     pay_to: Address,
     shutdown: Arc<watch::Sender<bool>>,
     webhook_worker: Arc<Mutex<Option<WebhookWorker>>>,
+    /// Whether `POST /close` may stop the server: bound to loopback.
+    close_enabled: bool,
 }
 
 impl AppState {
@@ -433,9 +512,18 @@ impl AppState {
         self.pay_to
     }
 
+    /// Whether `POST /close` stops the server: only when the configuration
+    /// given to [`engine`] names a loopback address (bound to 0.0.0.0 or a
+    /// public address, `POST /close` answers 404 and changes nothing).
+    pub fn close_enabled(&self) -> bool {
+        self.close_enabled
+    }
+
     /// Asks [`serve`] to shut down gracefully (as `POST /close` does).
     pub fn shutdown(&self) {
-        let _ = self.shutdown.send(true);
+        // `send_replace`, not `send`: the flag must stick even while nobody
+        // waits on it yet.
+        self.shutdown.send_replace(true);
     }
 
     /// Resolves once [`shutdown`](Self::shutdown) has been called (at once if
@@ -455,14 +543,27 @@ impl AppState {
     }
 }
 
+/// Whether `ip` is a loopback address (`127.0.0.0/8`, `::1`, or
+/// `::ffff:127.x.y.z`). The unspecified addresses (`0.0.0.0`, `::`) listen on
+/// every interface and are not.
+fn is_loopback(ip: IpAddr) -> bool {
+    ip.to_canonical().is_loopback()
+}
+
 /// Builds the facilitator the config asks for.
 async fn facilitator(
     config: &Config,
 ) -> Result<(Arc<dyn Facilitator>, Option<Arc<DevLedger>>), Error> {
     let facilitator_error = |e: &dyn std::fmt::Display| Error::Facilitator(e.to_string());
     Ok(match &config.facilitator {
+        // Plain http:// to a host that is not loopback is refused (payment
+        // payloads and verdicts would travel unencrypted); HttpFacilitator's
+        // error names the fix.
         FacilitatorConfig::Http { url } => (
-            Arc::new(HttpFacilitator::new(url).map_err(|e| facilitator_error(&e))?),
+            Arc::new(
+                HttpFacilitator::new(url)
+                    .map_err(|e| Error::Facilitator(format!("FACILITATOR_URL: {e}")))?,
+            ),
             None,
         ),
         FacilitatorConfig::Chain {
@@ -544,6 +645,10 @@ fn routes(config: &Config) -> Vec<Route> {
 /// [`app`] wraps an axum router in it; `examples/paid-api-actix` wraps an
 /// actix-web `App` in the same engine. The webhook worker (when
 /// `WEBHOOK_URL` is set) starts here, on the current tokio runtime.
+///
+/// Give it the configuration [bound to](Config::bound_to) the listener's
+/// address: whether `POST /close` may stop the server
+/// ([`AppState::close_enabled`]) is decided from `config.host`.
 pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
     let (facilitator, dev_ledger) = facilitator(config).await?;
     let mut engine = Engine::builder_arc(facilitator)
@@ -592,6 +697,7 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
         pay_to: config.pay_to,
         shutdown: Arc::new(shutdown),
         webhook_worker: Arc::new(Mutex::new(webhook_worker)),
+        close_enabled: is_loopback(config.host),
     };
     Ok((engine, state))
 }
@@ -615,11 +721,7 @@ pub async fn app(config: Config) -> Result<(Router, AppState), Error> {
         // and session offers, generated from the same route table.
         .merge(
             Discovery::new(engine)
-                .openapi(
-                    OpenApiInfo::new("paid-api", env!("CARGO_PKG_VERSION")).description(
-                        "An x402 example API: exact, upto and prepaid-session routes.",
-                    ),
-                )
+                .openapi(openapi_info())
                 .into_router(),
         )
         // Prometheus counters of challenges, payments, settlements and
@@ -629,9 +731,18 @@ pub async fn app(config: Config) -> Result<(Router, AppState), Error> {
     Ok((router, state))
 }
 
-/// The process's Prometheus recorder, installed on first use. If another
-/// recorder was installed first, `/metrics` shows only what this one records.
-fn metrics_handle() -> PrometheusHandle {
+/// The `info` of the OpenAPI document both example servers serve at
+/// `/.well-known/x402/openapi.json`.
+pub fn openapi_info() -> OpenApiInfo {
+    OpenApiInfo::new("paid-api", env!("CARGO_PKG_VERSION"))
+        .description("An x402 example API: exact, upto and prepaid-session routes.")
+}
+
+/// The process's Prometheus recorder, installed (with x402-core's metric
+/// descriptions and an upkeep thread) on first use; both example servers
+/// render `GET /metrics` from it. If another recorder was installed first,
+/// `/metrics` shows only what this one records.
+pub fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
@@ -662,11 +773,22 @@ fn metrics_handle() -> PrometheusHandle {
 
 /// Serves `router` on `listener` until `POST /close`, ctrl-c or SIGTERM, then
 /// lets requests in flight finish (and pending webhooks, up to 5 s).
+///
+/// Refuses to start when `state` allows `POST /close` but `listener` is not
+/// bound to loopback (the configuration given to [`app`] was not
+/// [bound to](Config::bound_to) this listener).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     state: AppState,
 ) -> Result<(), Error> {
+    let bound = listener.local_addr()?;
+    if state.close_enabled() && !is_loopback(bound.ip()) {
+        return Err(config_error(format!(
+            "the listener is bound to {bound}, but the app was built for a loopback address: \
+             build it from config.bound_to(listener.local_addr()?)"
+        )));
+    }
     let stop = state.clone();
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
@@ -736,10 +858,16 @@ async fn health() -> Json<Value> {
 }
 
 /// `POST /close`: answers, then shuts the server down (the e2e harness's way
-/// to stop a server).
-async fn close(State(state): State<AppState>) -> Json<Value> {
+/// to stop a server). Only when bound to loopback: otherwise 404 with an
+/// empty body, as for a path that does not exist, and the server keeps
+/// running.
+async fn close(State(state): State<AppState>) -> Response {
+    if !state.close_enabled() {
+        tracing::debug!("POST /close ignored: the server is not bound to loopback");
+        return StatusCode::NOT_FOUND.into_response();
+    }
     state.shutdown();
-    Json(json!({ "message": "closing", "timestamp": timestamp() }))
+    Json(json!({ "message": "closing", "timestamp": timestamp() })).into_response()
 }
 
 fn success(message: &str) -> Json<Value> {
@@ -790,6 +918,117 @@ mod tests {
         ));
         assert!(Config::from_lookup(|k| (k == "EVM_ASSET").then(|| "0x01".into())).is_err());
         assert!(Config::from_lookup(|k| (k == "EVM_RPC_URL").then(|| "http://x".into())).is_err());
+    }
+
+    #[test]
+    fn urls_are_cut_to_scheme_host_and_port() {
+        for (url, shown) in [
+            (
+                "https://user:pw@rpc.example:8443/v2/KEY?k=1#f",
+                "https://rpc.example:8443",
+            ),
+            ("redis://:pw@10.0.0.5:6379/0", "redis://10.0.0.5:6379"),
+            ("http://h.example\\@evil/x", "http://h.example"),
+            ("http://a@b@c.example?x", "http://c.example"),
+            ("http://[::1]:4022/hook", "http://[::1]:4022"),
+            ("no scheme at all", "<redacted>"),
+            ("https://user:pa/ss@host.example", "https://<redacted>"),
+            ("https://user:p?ss@host.example", "https://<redacted>"),
+            ("my password://x", "<redacted>"),
+            ("redis+unix:///tmp/redis.sock", "redis+unix://"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+        }
+    }
+
+    #[test]
+    fn debug_shows_no_secret() {
+        let key = "0x4c0883a69102937d6231471b5dbb6204fe5129617082792ae468d01a3f362318";
+        let config = Config {
+            facilitator: FacilitatorConfig::Chain {
+                rpc_url: "https://u:rpcpw@rpc.example/v2/RPCKEY?apikey=RPCQ".into(),
+                private_key: key.into(),
+            },
+            redis_url: Some("redis://:redispw@redis.example:6379".into()),
+            webhook: Some((
+                "https://hooks.example/in?token=HOOKTOKEN".into(),
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+            )),
+            ..Config::dev()
+        };
+        let debug = format!("{config:?} {:?}", config.facilitator);
+        for secret in [
+            &key[2..],
+            "rpcpw",
+            "RPCKEY",
+            "RPCQ",
+            "redispw",
+            "HOOKTOKEN",
+            "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        ] {
+            assert!(!debug.contains(secret), "{secret} in {debug}");
+        }
+        for shown in [
+            "https://rpc.example",
+            "redis://redis.example:6379",
+            "https://hooks.example",
+        ] {
+            assert!(debug.contains(shown), "{shown} not in {debug}");
+        }
+        let http = FacilitatorConfig::Http {
+            url: "https://k:FACPW@f.example/api?key=FACQ".into(),
+        };
+        let debug = format!("{http:?}");
+        assert!(
+            !debug.contains("FACPW") && !debug.contains("FACQ"),
+            "{debug}"
+        );
+    }
+
+    #[test]
+    fn loopback_addresses() {
+        for ip in ["127.0.0.1", "127.0.0.2", "::1", "::ffff:127.0.0.1"] {
+            assert!(is_loopback(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in [
+            "0.0.0.0",
+            "::",
+            "10.0.0.1",
+            "::ffff:10.0.0.1",
+            "2001:db8::1",
+        ] {
+            assert!(!is_loopback(ip.parse().unwrap()), "{ip}");
+        }
+    }
+
+    #[tokio::test]
+    async fn close_answers_404_unless_bound_to_loopback() {
+        let public = Config {
+            host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            ..Config::dev()
+        };
+        let (_, state) = engine(&public).await.unwrap();
+        assert!(!state.close_enabled());
+        let response = close(State(state.clone())).await;
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        let mut stopped = state.shutdown.subscribe();
+        assert!(!*stopped.borrow_and_update(), "a 404 /close shut down");
+
+        let (_, state) = engine(&Config::dev()).await.unwrap();
+        assert!(state.close_enabled());
+        let response = close(State(state.clone())).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(*state.shutdown.subscribe().borrow());
+    }
+
+    #[tokio::test]
+    async fn serve_refuses_a_loopback_app_on_a_public_listener() {
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))
+            .await
+            .unwrap();
+        let (router, state) = app(Config::dev()).await.unwrap();
+        let error = serve(listener, router, state).await.unwrap_err();
+        assert!(error.to_string().contains("bound_to"), "{error}");
     }
 
     #[test]

@@ -5,9 +5,12 @@
 //! - [`Engine::describe`]: a read-only description of the route table
 //!   ([`RouteDescription`]).
 //! - [`Engine::discovery_document`] / [`document`]: the discovery document,
-//!   served at `GET /.well-known/x402` (`x402_axum::discovery` serves it).
+//!   served at `GET /.well-known/x402` ([`DiscoveryEndpoints`]).
 //! - [`Engine::openapi`] / [`openapi()`]: a minimal OpenAPI 3.1 document of
 //!   the paid routes, each operation marked with `x-payment-info`.
+//! - [`DiscoveryEndpoints`]: both documents served over HTTP (paths, base
+//!   URL, caching and CORS headers), the part of `x402_axum::Discovery` and
+//!   `x402_actix::Discovery` that is not framework glue.
 //!
 //! # The discovery document
 //!
@@ -47,12 +50,14 @@
 
 pub mod bazaar;
 mod openapi;
+mod serve;
 
 use serde::Serialize;
 use serde_json::{json, Value};
 
 pub use self::bazaar::{Bazaar, BazaarInput, BazaarOutput, BodyType, Param};
 pub use self::openapi::{openapi, OpenApiInfo};
+pub use self::serve::{DiscoveryDocument, DiscoveryEndpoints, OPENAPI_PATH};
 use crate::{
     proto::{v2, JsonObject},
     route::{Route, SettlementTiming},
