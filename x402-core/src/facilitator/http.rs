@@ -139,6 +139,18 @@ pub enum HttpFacilitatorConfigError {
     /// The base URL is not `http` or `https`.
     #[error("unsupported facilitator URL scheme {0:?} (expected http or https)")]
     UnsupportedScheme(String),
+    /// The base URL is plain `http://` to a host that is not loopback, and
+    /// [`HttpFacilitatorBuilder::dangerous_allow_plain_http`] was not called.
+    #[error(
+        "refusing plain http:// to the facilitator at {host}: payment payloads, \
+         verdicts and auth headers would travel unencrypted; use https://, or call \
+         HttpFacilitatorBuilder::dangerous_allow_plain_http() if the network path \
+         is trusted"
+    )]
+    PlainHttp {
+        /// The URL's host (never its credentials, path or query).
+        host: String,
+    },
     /// The HTTP client could not be created.
     #[error("could not create the HTTP client")]
     Client(#[source] reqwest::Error),
@@ -199,6 +211,11 @@ impl fmt::Debug for HttpFacilitator {
 impl HttpFacilitator {
     /// A client for the facilitator at `base_url` (trailing slashes are
     /// ignored) with the default settings.
+    ///
+    /// `https://` URLs, and `http://` to a loopback host, are accepted; plain
+    /// `http://` to any other host is refused
+    /// ([`HttpFacilitatorConfigError::PlainHttp`], see
+    /// [`HttpFacilitatorBuilder::dangerous_allow_plain_http`]).
     pub fn new(base_url: impl AsRef<str>) -> Result<Self, HttpFacilitatorConfigError> {
         Self::builder(base_url).build()
     }
@@ -212,6 +229,7 @@ impl HttpFacilitator {
             supported_ttl: DEFAULT_SUPPORTED_TTL,
             client: None,
             auth: None,
+            allow_plain_http: false,
         }
     }
 
@@ -336,6 +354,7 @@ pub struct HttpFacilitatorBuilder {
     supported_ttl: Duration,
     client: Option<Client>,
     auth: Option<Arc<dyn AuthHeaders>>,
+    allow_plain_http: bool,
 }
 
 impl fmt::Debug for HttpFacilitatorBuilder {
@@ -347,6 +366,7 @@ impl fmt::Debug for HttpFacilitatorBuilder {
             .field("supported_ttl", &self.supported_ttl)
             .field("client", &self.client.is_some())
             .field("auth", &self.auth.is_some())
+            .field("allow_plain_http", &self.allow_plain_http)
             .finish()
     }
 }
@@ -389,9 +409,36 @@ impl HttpFacilitatorBuilder {
         self
     }
 
+    /// Accepts a plain `http://` base URL whose host is not loopback.
+    ///
+    /// Without it, [`build`](Self::build) refuses `http://` to any host but
+    /// `localhost`, `127.0.0.0/8` and `[::1]`
+    /// ([`HttpFacilitatorConfigError::PlainHttp`]); `https://` is always
+    /// accepted. Over plain HTTP everything travels in clear text and
+    /// unauthenticated: the buyers' signed payment payloads, the
+    /// [`auth`](Self::auth) headers and any API key in the URL can be read by
+    /// anyone on the path, and the facilitator's answers can be forged, so a
+    /// man in the middle can approve unpaid requests. Call this only when the
+    /// network path to the facilitator is trusted end to end (a private
+    /// network you control, a sidecar on another interface).
+    pub fn dangerous_allow_plain_http(mut self) -> Self {
+        self.allow_plain_http = true;
+        self
+    }
+
     /// Checks the URL and creates the client.
+    ///
+    /// Fails on a URL that does not parse, has no host or has a fragment, on
+    /// a scheme other than `http`/`https`, and on plain `http://` to a host
+    /// that is not loopback (see
+    /// [`dangerous_allow_plain_http`](Self::dangerous_allow_plain_http)).
     pub fn build(self) -> Result<HttpFacilitator, HttpFacilitatorConfigError> {
         let base = parse_base_url(&self.base_url)?;
+        if base.scheme() == "http" && !self.allow_plain_http && !is_loopback_host(&base) {
+            return Err(HttpFacilitatorConfigError::PlainHttp {
+                host: base.host_str().unwrap_or_default().to_owned(),
+            });
+        }
         let client = match self.client {
             Some(client) => client,
             None => {
@@ -446,6 +493,26 @@ fn parse_base_url(text: &str) -> Result<Url, HttpFacilitatorConfigError> {
         ));
     }
     Ok(url)
+}
+
+/// Whether the URL's host is loopback: `localhost` (exactly: `localhost.` or
+/// `*.localhost` may be sent to a DNS resolver), an IPv4 address in
+/// `127.0.0.0/8`, `::1`, or `::ffff:127.x.y.z`. The URL parser has already
+/// lowercased names and normalised IP literals (`0x7f.1` is `127.0.0.1`), and
+/// userinfo (`http://127.0.0.1@evil.example`) is not part of the host.
+fn is_loopback_host(url: &Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        return v6.parse::<std::net::Ipv6Addr>().is_ok_and(|ip| {
+            ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        });
+    }
+    match host.parse::<std::net::Ipv4Addr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => host.eq_ignore_ascii_case("localhost"),
+    }
 }
 
 /// `{base}/{endpoint}`, keeping the base's query (some hosted facilitators
@@ -769,6 +836,108 @@ mod tests {
         assert_eq!(redacted_url(&base), "https://f.example/api");
         assert!(parse_base_url("ftp://f.example").is_err());
         assert!(parse_base_url("not a url").is_err());
+    }
+
+    fn build(url: &str) -> Result<HttpFacilitator, HttpFacilitatorConfigError> {
+        HttpFacilitator::builder(url).build()
+    }
+
+    #[test]
+    fn plain_http_is_for_loopback_only() {
+        let accepted = [
+            "https://facilitator.example",
+            "HTTPS://FACILITATOR.EXAMPLE/api",
+            "https://user:pw@203.0.113.7:8443/?key=1",
+            "http://127.0.0.1:4022",
+            "http://127.0.0.2",
+            "http://127.255.255.254/x",
+            "http://0x7f.1",
+            "http://2130706433",
+            "http://localhost:4022/facilitator",
+            "HTTP://LOCALHOST",
+            "http://[::1]:4022",
+            "http://[0:0:0:0:0:0:0:1]",
+            "http://[::ffff:127.0.0.1]",
+            "http://user:pw@127.0.0.1/?key=1",
+            "  http://127.0.0.1  ",
+        ];
+        for url in accepted {
+            assert!(build(url).is_ok(), "{url} refused: {:?}", build(url).err());
+        }
+        let refused = [
+            ("http://facilitator.example", "facilitator.example"),
+            ("HTTP://Facilitator.Example/api", "facilitator.example"),
+            ("http://127.0.0.1@evil.example", "evil.example"),
+            ("http://localhost@evil.example/", "evil.example"),
+            ("http://localhost.evil.example", "localhost.evil.example"),
+            ("http://evil.localhost", "evil.localhost"),
+            ("http://localhost.", "localhost."),
+            ("http://127.0.0.1.evil.example", "127.0.0.1.evil.example"),
+            ("http://128.0.0.1", "128.0.0.1"),
+            ("http://10.0.0.5:4022", "10.0.0.5"),
+            ("http://0.0.0.0", "0.0.0.0"),
+            ("http://[::]", "[::]"),
+            ("http://[::2]", "[::2]"),
+            ("http://[::ffff:10.0.0.1]", "[::ffff:a00:1]"),
+            ("http://[2001:db8::1]:80", "[2001:db8::1]"),
+        ];
+        for (url, host) in refused {
+            match build(url) {
+                Err(HttpFacilitatorConfigError::PlainHttp { host: got }) => {
+                    assert_eq!(got, host, "{url}");
+                }
+                other => panic!("{url}: expected PlainHttp, got {other:?}"),
+            }
+            assert!(
+                HttpFacilitator::new(url).is_err(),
+                "{url}: new() must refuse too"
+            );
+            let opted_in = HttpFacilitator::builder(url)
+                .dangerous_allow_plain_http()
+                .build();
+            assert!(opted_in.is_ok(), "{url}: {:?}", opted_in.err());
+        }
+    }
+
+    #[test]
+    fn the_plain_http_error_names_the_fix_and_no_secret() {
+        let err = build("http://user:hunter2@facilitator.example/k/?apiKey=s3cret").unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("facilitator.example"), "{text}");
+        assert!(text.contains("https://"), "{text}");
+        assert!(text.contains("dangerous_allow_plain_http()"), "{text}");
+        let debug = format!("{err:?}");
+        for shown in [&text, &debug] {
+            assert!(
+                !shown.contains("hunter2") && !shown.contains("s3cret") && !shown.contains("user"),
+                "{shown}"
+            );
+        }
+    }
+
+    #[test]
+    fn debug_hides_credentials_and_query() {
+        let url = "https://user:hunter2@facilitator.example:8443/api/?apiKey=s3cret#frag";
+        let builder = HttpFacilitator::builder(url);
+        let debug = format!("{builder:?}");
+        assert!(
+            debug.contains("https://facilitator.example:8443/api"),
+            "{debug}"
+        );
+        assert!(
+            !debug.contains("hunter2") && !debug.contains("s3cret"),
+            "{debug}"
+        );
+        let facilitator = build(&url.replace("#frag", "")).unwrap();
+        let debug = format!("{facilitator:?}");
+        assert!(
+            debug.contains("https://facilitator.example:8443/api"),
+            "{debug}"
+        );
+        assert!(
+            !debug.contains("hunter2") && !debug.contains("s3cret") && !debug.contains("user"),
+            "{debug}"
+        );
     }
 
     #[test]
