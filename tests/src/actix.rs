@@ -1,5 +1,6 @@
 //! The actix-web adapter under test: `x402_actix::X402Middleware` on a whole
-//! `App` whose default service is the shared [`TestHandler`].
+//! `App` whose default service is the shared [`TestHandler`], with
+//! `x402_actix::Discovery` registered beside it.
 //!
 //! actix-web's `HttpServer` is `!Send` and brings its own runtime, so each
 //! server runs on its own thread in an actix `System`. It is stopped when the
@@ -15,7 +16,7 @@ use actix_web::{
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use tokio::{net::TcpListener, sync::oneshot};
-use x402_actix::{Payment, X402Middleware};
+use x402_actix::{Discovery, Payment, UsageMeter, X402Middleware};
 use x402_core::Engine;
 
 use crate::{Adapter, TestHandler};
@@ -69,6 +70,7 @@ fn run_server(
             App::new()
                 .wrap(X402Middleware::new(engine.clone()))
                 .app_data(web::Data::from(handler.clone()))
+                .service(Discovery::new(engine.clone()).openapi(crate::adapters::openapi_info()))
                 .default_service(web::to(respond))
         })
         .workers(1)
@@ -82,14 +84,18 @@ fn run_server(
 }
 
 /// Every path, every method: the shared handler, reading the payment through
-/// `Option<Payment>` (the extractor under test).
+/// `Option<Payment>` and the `upto` meter through `Option<UsageMeter>` (the
+/// extractors under test).
 async fn respond(
     request: HttpRequest,
     handler: web::Data<TestHandler>,
     payment: Option<Payment>,
+    meter: Option<UsageMeter>,
 ) -> HttpResponse {
     let method = http::Method::from_bytes(request.method().as_str().as_bytes()).unwrap();
-    let response = handler.respond(&method, request.path(), payment.as_deref());
+    let meter = meter.map(|UsageMeter(meter)| meter);
+    let response =
+        handler.respond_metered(&method, request.path(), payment.as_deref(), meter.as_ref());
     to_actix(response).await
 }
 

@@ -12,16 +12,34 @@ use axum::{
 use http::Method;
 use hyper_util::{rt::TokioIo, service::TowerToHyperService};
 use tokio::net::TcpListener;
-use x402_core::{Engine, VerifiedPayment};
+use x402_axum::{MissingPaywall, UsageMeter};
+use x402_core::{
+    discovery::{DiscoveryEndpoints, OpenApiInfo},
+    Engine, VerifiedPayment,
+};
 
 use crate::TestHandler;
+
+/// The `info` of the OpenAPI document every adapter serves.
+pub fn openapi_info() -> OpenApiInfo {
+    OpenApiInfo::new("x402 conformance", "1.0.0")
+}
 
 /// A framework adapter the conformance suite runs against.
 ///
 /// `serve` must put the handler behind the adapter's paywall for every path
 /// (including unknown spellings such as `/PAID`, which must still reach the
 /// handler if the paywall let them through), served on `listener`
-/// (`127.0.0.1:<port>`, from [`bind`]).
+/// (`127.0.0.1:<port>`, from [`bind`]). Besides:
+///
+/// - the handler glue hands the `upto` usage meter to
+///   [`TestHandler::respond_metered`] the way the framework hands it to a
+///   handler (an extractor where the adapter crate has one, the request's
+///   extensions otherwise);
+/// - `GET /.well-known/x402` and `GET /.well-known/x402/openapi.json` answer
+///   the engine's discovery and OpenAPI documents (with [`openapi_info`]),
+///   through the adapter crate's discovery service where it has one,
+///   without running the handler.
 pub trait Adapter: Send + Sync + 'static {
     /// Shown in the scenario count line.
     const NAME: &'static str;
@@ -44,9 +62,21 @@ pub async fn bind() -> (TcpListener, String) {
 /// same handler through the fallback.
 pub const ROUTED_PATHS: [&str; 4] = ["/free", "/paid", "/stream", "/dynamic"];
 
-async fn axum_handler(State(handler): State<Arc<TestHandler>>, request: Request) -> Response {
+/// The handler, with the meter from `x402_axum::UsageMeter` (rejected on
+/// routes that are not `upto`).
+async fn axum_handler(
+    State(handler): State<Arc<TestHandler>>,
+    meter: Result<UsageMeter, MissingPaywall>,
+    request: Request,
+) -> Response {
     let payment = request.extensions().get::<VerifiedPayment>();
-    handler.respond(request.method(), request.uri().path(), payment)
+    let meter = meter.ok().map(|UsageMeter(meter)| meter);
+    handler.respond_metered(
+        request.method(),
+        request.uri().path(),
+        payment,
+        meter.as_ref(),
+    )
 }
 
 /// An axum router naming [`ROUTED_PATHS`] (GET, so HEAD is axum's) plus a
@@ -59,7 +89,8 @@ pub fn axum_router(handler: Arc<TestHandler>) -> Router {
     router.fallback(axum_handler).with_state(handler)
 }
 
-/// `x402_axum::PaywallLayer` over a whole axum `Router`.
+/// `x402_axum::PaywallLayer` over a whole axum `Router`, with
+/// `x402_axum::Discovery` merged beside it.
 #[derive(Debug, Clone, Copy)]
 pub struct AxumAdapter;
 
@@ -67,13 +98,21 @@ impl Adapter for AxumAdapter {
     const NAME: &'static str = "axum";
 
     async fn serve(listener: TcpListener, engine: Engine, handler: Arc<TestHandler>) {
-        let app = axum_router(handler).layer(x402_axum::PaywallLayer::new(engine));
+        let discovery = x402_axum::Discovery::new(engine.clone())
+            .openapi(openapi_info())
+            .into_router();
+        let app = axum_router(handler)
+            .layer(x402_axum::PaywallLayer::new(engine))
+            .merge(discovery);
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
 }
 
 /// `x402_tower::PaywallLayer` over a `tower::service_fn`, served by hyper
-/// directly (no axum routing anywhere).
+/// directly (no axum routing anywhere). A second `service_fn` in front
+/// answers the discovery paths with x402-core's `DiscoveryEndpoints` (tower
+/// has no discovery service of its own) and hands everything else to the
+/// paywalled service.
 #[derive(Debug, Clone, Copy)]
 pub struct TowerAdapter;
 
@@ -85,16 +124,33 @@ impl Adapter for TowerAdapter {
             let handler = handler.clone();
             async move {
                 let payment = request.extensions().get::<VerifiedPayment>();
-                let mut response = handler.respond(request.method(), request.uri().path(), payment);
+                // A tower service reads the meter from the verified payment
+                // in the request's extensions.
+                let meter = payment.and_then(|p| p.meter.as_ref());
+                let mut response =
+                    handler.respond_metered(request.method(), request.uri().path(), payment, meter);
                 if request.method() == Method::HEAD {
                     *response.body_mut() = axum::body::Body::empty();
                 }
                 Ok::<_, Infallible>(response)
             }
         });
-        let service = tower::ServiceBuilder::new()
+        let discovery = DiscoveryEndpoints::new(engine.clone()).openapi(openapi_info());
+        let paid = tower::ServiceBuilder::new()
             .layer(x402_tower::PaywallLayer::new(engine))
             .service(inner);
+        let service = tower::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+            let (discovery, paid) = (discovery.clone(), paid.clone());
+            async move {
+                let (method, path) = (request.method(), request.uri().path());
+                if let Some(response) = discovery.respond_to(method, path, request.headers()).await
+                {
+                    return Ok::<_, Infallible>(response.map(axum::body::Body::from));
+                }
+                let response = tower::ServiceExt::oneshot(paid, request).await?;
+                Ok(response.map(axum::body::Body::new))
+            }
+        });
         serve_hyper(listener, service);
     }
 }

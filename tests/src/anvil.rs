@@ -318,3 +318,138 @@ pub async fn pay(client: &str, url: &str, key: &str, rpc: &str, extra: &[&str]) 
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
 }
+
+/// Turns anvil's automine on or off (`evm_setAutomine`). With it off,
+/// transactions wait in the pool until [`mine`].
+pub async fn set_automine(provider: &DynProvider, on: bool) {
+    provider
+        .raw_request::<_, Value>("evm_setAutomine".into(), (on,))
+        .await
+        .unwrap();
+}
+
+/// Mines one block with what the pool holds (`evm_mine`).
+pub async fn mine(provider: &DynProvider) {
+    provider
+        .raw_request::<_, Value>("evm_mine".into(), ())
+        .await
+        .unwrap();
+}
+
+/// Drops every transaction waiting in anvil's pool
+/// (`anvil_dropAllTransactions`), as a node that evicts them would.
+pub async fn drop_pending(provider: &DynProvider) {
+    provider
+        .raw_request::<_, Value>("anvil_dropAllTransactions".into(), ())
+        .await
+        .unwrap();
+}
+
+/// The answers a [`ResendingProxy`] got for one `eth_sendRawTransaction`.
+#[derive(Debug, Clone)]
+pub struct Resent {
+    /// The first answer, dropped as if lost on its way back.
+    pub first: Value,
+    /// The second answer, the one the client got.
+    pub second: Value,
+}
+
+/// A JSON-RPC proxy in front of a node that forwards every
+/// `eth_sendRawTransaction` twice and answers with the second reply,
+/// dropping the first as if it had been lost on its way back: what a load
+/// balancer or a retrying client does after a timeout. Every other call is
+/// forwarded once. Stopped on drop.
+///
+/// Started with [`mining_between`](Self::mining_between), it also mines a
+/// block (`evm_mine`) between the two copies, so that the first is mined
+/// before the second arrives (with automine off, deterministically).
+#[derive(Debug)]
+pub struct ResendingProxy {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    resent: std::sync::Arc<std::sync::Mutex<Vec<Resent>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ResendingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ResendingProxy {
+    /// Starts the proxy on 127.0.0.1:0 in front of `upstream`.
+    pub async fn start(upstream: &str) -> Self {
+        Self::start_with(upstream, false).await
+    }
+
+    /// Starts the proxy, mining a block between the two copies of a send.
+    pub async fn mining_between(upstream: &str) -> Self {
+        Self::start_with(upstream, true).await
+    }
+
+    async fn start_with(upstream: &str, mine_between: bool) -> Self {
+        use axum::{body::Bytes, extract::State, routing::post, Router};
+
+        type Shared = (
+            String,
+            reqwest::Client,
+            std::sync::Arc<std::sync::Mutex<Vec<Resent>>>,
+            bool,
+        );
+
+        async fn forward(client: &reqwest::Client, upstream: &str, body: &Bytes) -> Bytes {
+            client
+                .post(upstream)
+                .header("content-type", "application/json")
+                .body(body.clone())
+                .send()
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap()
+        }
+
+        async fn relay(
+            State((upstream, client, resent, mine_between)): State<Shared>,
+            body: Bytes,
+        ) -> Bytes {
+            let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            if request["method"] != "eth_sendRawTransaction" {
+                return forward(&client, &upstream, &body).await;
+            }
+            let first = forward(&client, &upstream, &body).await;
+            if mine_between {
+                let mine = r#"{"jsonrpc":"2.0","id":0,"method":"evm_mine","params":[]}"#;
+                forward(&client, &upstream, &Bytes::from_static(mine.as_bytes())).await;
+            }
+            let second = forward(&client, &upstream, &body).await;
+            resent.lock().unwrap().push(Resent {
+                first: serde_json::from_slice(&first).unwrap_or(Value::Null),
+                second: serde_json::from_slice(&second).unwrap_or(Value::Null),
+            });
+            second
+        }
+
+        let resent = std::sync::Arc::default();
+        let shared: Shared = (
+            upstream.to_owned(),
+            reqwest::Client::new(),
+            std::sync::Arc::clone(&resent),
+            mine_between,
+        );
+        let app = Router::new().route("/", post(relay)).with_state(shared);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Self { url, resent, task }
+    }
+
+    /// Every `eth_sendRawTransaction` relayed so far, in order.
+    pub fn resent(&self) -> Vec<Resent> {
+        self.resent.lock().unwrap().clone()
+    }
+}

@@ -148,11 +148,22 @@ impl Fixture {
     /// The adapter serving the engine `build` starts from a fresh stand-in,
     /// with the server's own URL as its public origin.
     pub async fn with_engine<A: Adapter>(build: impl FnOnce(&StandIn) -> EngineBuilder) -> Self {
+        Self::with_engine_and_log::<A>(|standin, _| build(standin)).await
+    }
+
+    /// [`with_engine`](Self::with_engine), `build` also getting the
+    /// fixture's [`EventLog`] (for hooks that log into it).
+    pub async fn with_engine_and_log<A: Adapter>(
+        build: impl FnOnce(&StandIn, &EventLog) -> EngineBuilder,
+    ) -> Self {
         let events = EventLog::default();
         let standin = StandIn::start(events.clone()).await;
         let handler = TestHandler::new(events.clone());
         let (listener, base) = crate::adapters::bind().await;
-        let engine = build(&standin).public_origin(&base).build().unwrap();
+        let engine = build(&standin, &events)
+            .public_origin(&base)
+            .build()
+            .unwrap();
         A::serve(listener, engine, handler.clone()).await;
         Self {
             base,
@@ -192,6 +203,12 @@ impl Fixture {
     pub async fn pay_v2(&self, path: &str) -> Reply {
         let row = self.first_row(path).await;
         self.get(path, &[("PAYMENT-SIGNATURE", &payment::v2_header(&row))])
+            .await
+    }
+
+    /// Pays `path` with a v2 payment for `row` (a requirement it offers).
+    pub async fn pay_row(&self, path: &str, row: &Value) -> Reply {
+        self.get(path, &[("PAYMENT-SIGNATURE", &payment::v2_header(row))])
             .await
     }
 

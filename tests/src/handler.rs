@@ -1,10 +1,12 @@
 //! The protected handler: counts its calls, logs `handler` into the
-//! [`EventLog`], and answers as it is told.
+//! [`EventLog`], answers as it is told, and on `upto` routes reports the
+//! usage it is told to (through the meter the adapter hands it, or the
+//! `Settlement-Overrides` response header).
 
 use std::{
     sync::{
         atomic::{AtomicU8, AtomicUsize, Ordering},
-        Arc,
+        Arc, Mutex,
     },
     time::Duration,
 };
@@ -13,7 +15,7 @@ use axum::body::Body;
 use bytes::Bytes;
 use http::{Method, Response, StatusCode};
 use serde_json::json;
-use x402_core::VerifiedPayment;
+use x402_core::{meter::Meter, VerifiedPayment};
 
 use crate::{EventLog, SECRET};
 
@@ -34,11 +36,28 @@ pub const STREAM_CHUNKS: [&str; 3] = ["chunk-1;", "chunk-2;", SECRET];
 /// The body of a failing handler.
 pub const HANDLER_ERROR_BODY: &str = "handler exploded";
 
+/// What the handler reports as the cost of a call (`upto` routes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Usage {
+    /// Reports nothing.
+    #[default]
+    Nothing,
+    /// `Meter::add(n)` on the meter the adapter handed over; a 500
+    /// ([`NO_METER_BODY`]) when the adapter handed none.
+    Meter(u64),
+    /// A `Settlement-Overrides: <value>` response header.
+    Override(String),
+}
+
+/// The body of a handler told to use a meter it was not given.
+pub const NO_METER_BODY: &str = "no usage meter reached the handler";
+
 /// A handler shared by an adapter's server and the test.
 #[derive(Debug)]
 pub struct TestHandler {
     calls: AtomicUsize,
     mode: AtomicU8,
+    usage: Mutex<Usage>,
     events: EventLog,
 }
 
@@ -47,8 +66,14 @@ impl TestHandler {
         Arc::new(Self {
             calls: AtomicUsize::new(0),
             mode: AtomicU8::new(HandlerMode::Json as u8),
+            usage: Mutex::new(Usage::Nothing),
             events,
         })
+    }
+
+    /// What the next calls report as their cost.
+    pub fn set_usage(&self, usage: Usage) {
+        *self.usage.lock().unwrap() = usage;
     }
 
     pub fn set_mode(&self, mode: HandlerMode) {
@@ -74,12 +99,54 @@ impl TestHandler {
         assert_eq!(self.calls(), n, "handler call count");
     }
 
-    /// Answers a request (any framework: the adapter passes the parts).
+    /// Answers a request (any framework: the adapter passes the parts), with
+    /// no usage meter.
     pub fn respond(
         &self,
         method: &Method,
         path: &str,
         payment: Option<&VerifiedPayment>,
+    ) -> Response<Body> {
+        self.respond_metered(method, path, payment, None)
+    }
+
+    /// Answers a request, reporting the [`Usage`] it is set to through
+    /// `meter`: the `upto` meter as the adapter's framework hands it to a
+    /// handler (an extractor, the request's extensions).
+    pub fn respond_metered(
+        &self,
+        method: &Method,
+        path: &str,
+        payment: Option<&VerifiedPayment>,
+        meter: Option<&Meter>,
+    ) -> Response<Body> {
+        let mut response = self.answer(method, path, payment, meter);
+        match self.usage.lock().unwrap().clone() {
+            Usage::Nothing => {}
+            Usage::Meter(n) => match meter {
+                Some(meter) => meter.add(n),
+                None => {
+                    return Response::builder()
+                        .status(StatusCode::INTERNAL_SERVER_ERROR)
+                        .body(Body::from(NO_METER_BODY))
+                        .unwrap()
+                }
+            },
+            Usage::Override(value) => {
+                response
+                    .headers_mut()
+                    .insert("settlement-overrides", value.parse().unwrap());
+            }
+        }
+        response
+    }
+
+    fn answer(
+        &self,
+        method: &Method,
+        path: &str,
+        payment: Option<&VerifiedPayment>,
+        meter: Option<&Meter>,
     ) -> Response<Body> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.events.push("handler");
@@ -91,6 +158,8 @@ impl TestHandler {
                     "method": method.as_str(),
                     "payer": payment.and_then(|p| p.payer.clone()),
                     "paid": payment.is_some(),
+                    "ceiling": meter.map(|m| m.ceiling().to_string()),
+                    "sessionRemaining": payment.and_then(|p| p.session.as_ref()).map(|s| s.remaining),
                 });
                 Response::builder()
                     .status(StatusCode::OK)

@@ -8,8 +8,11 @@
 //!   adapter (axum router layer, plain tower over hyper).
 //! - [`payment`]: v1/v2 payment header builders.
 //! - [`client`]: a reqwest client and a [`Reply`] with decoding helpers.
-//! - [`suite`]: every scenario as a generic `async fn` over an [`Adapter`],
-//!   instantiated per adapter with [`conformance_tests!`].
+//! - [`suite`]: every scenario of the outcomes table as a generic `async fn`
+//!   over an [`Adapter`], instantiated per adapter with [`conformance_tests!`].
+//! - [`capabilities`]: the scenarios of the other capabilities (upto,
+//!   sessions, the replay race, hooks, webhooks, discovery), generic the same
+//!   way and instantiated by the same macro.
 //!
 //! A new adapter (actix, say) implements [`Adapter`] and calls
 //! `x402_tests::conformance_tests!(MyAdapter);` in a test file.
@@ -26,7 +29,9 @@ pub mod actix;
 pub mod adapters;
 pub mod anvil;
 pub mod boundary;
+pub mod capabilities;
 pub mod client;
+mod conformance;
 pub mod handler;
 pub mod payment;
 pub mod standin;
@@ -36,7 +41,7 @@ use std::sync::{Arc, Mutex};
 
 pub use adapters::{Adapter, AxumAdapter, TowerAdapter};
 pub use client::{Fixture, Reply};
-pub use handler::{HandlerMode, TestHandler};
+pub use handler::{HandlerMode, TestHandler, Usage};
 pub use standin::{SettleMode, StandIn, VerifyMode};
 
 /// The seller's address in every test route.
@@ -53,16 +58,22 @@ pub const SECRET: &str = "top-secret-paid-content-7f3a";
 pub const DESCRIPTION: &str = "Premium <script>alert(\"x\")</script> report";
 
 /// An ordered log of what happened, shared by the stand-in (`verify`,
-/// `settle`) and the handler (`handler`), to assert ordering.
+/// `settle`), the handler (`handler`) and any recording hooks
+/// ([`capabilities::hooks`]), to assert ordering.
 #[derive(Debug, Clone, Default)]
-pub struct EventLog(Arc<Mutex<Vec<&'static str>>>);
+pub struct EventLog(Arc<Mutex<Vec<String>>>);
 
 impl EventLog {
-    pub fn push(&self, event: &'static str) {
-        self.0.lock().unwrap().push(event);
+    pub fn push(&self, event: impl Into<String>) {
+        self.0.lock().unwrap().push(event.into());
     }
 
-    pub fn events(&self) -> Vec<&'static str> {
+    pub fn events(&self) -> Vec<String> {
         self.0.lock().unwrap().clone()
+    }
+
+    /// Forgets everything logged so far.
+    pub fn clear(&self) {
+        self.0.lock().unwrap().clear();
     }
 }

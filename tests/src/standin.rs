@@ -143,6 +143,22 @@ impl StandIn {
         facilitator_at(&self.url())
     }
 
+    /// An [`HttpFacilitator`] for this stand-in with its own deadline (a
+    /// generous one where many requests share two cores).
+    pub fn facilitator_with_timeout(&self, timeout: Duration) -> HttpFacilitator {
+        HttpFacilitator::builder(self.url())
+            .timeout(timeout)
+            .client(
+                reqwest::Client::builder()
+                    .no_proxy()
+                    .redirect(reqwest::redirect::Policy::none())
+                    .build()
+                    .unwrap(),
+            )
+            .build()
+            .unwrap()
+    }
+
     pub fn set_verify(&self, mode: VerifyMode) {
         *self.inner.verify_mode.lock().unwrap() = mode;
     }

@@ -54,7 +54,7 @@ const EXPOSED: [&str; 5] = [
 ];
 
 #[track_caller]
-fn assert_exposes(reply: &Reply) {
+pub(crate) fn assert_exposes(reply: &Reply) {
     let value = reply
         .header("access-control-expose-headers")
         .unwrap_or_default();
@@ -87,7 +87,7 @@ fn assert_no_null(value: &Value, path: &str) {
 
 /// A 402 challenge whose v2 header and v1 body both carry `error`.
 #[track_caller]
-fn assert_challenge(reply: &Reply, error: &str) {
+pub(crate) fn assert_challenge(reply: &Reply, error: &str) {
     reply.assert_status(402);
     let v2 = reply.payment_required();
     assert_eq!(v2["x402Version"], 2);
@@ -107,7 +107,7 @@ fn assert_challenge(reply: &Reply, error: &str) {
 
 /// A 5xx with exactly `{"error": reason}` and nothing from the facilitator.
 #[track_caller]
-fn assert_opaque(reply: &Reply, status: u16, reason: &str) {
+pub(crate) fn assert_opaque(reply: &Reply, status: u16, reason: &str) {
     reply.assert_status(status);
     assert_eq!(reply.json(), json!({"error": reason}));
     let text = reply.text();
@@ -705,49 +705,4 @@ pub async fn s16_public_origin_whatever_the_host<A: Adapter>() {
     }
     f.handler.assert_calls(2);
     f.standin.assert_calls(2, 2);
-}
-
-/// Instantiates every scenario of [`SCENARIOS`] for an adapter, plus a
-/// `scenario_count` test printing `conformance[<name>]: N scenarios`.
-#[macro_export]
-macro_rules! conformance_tests {
-    ($adapter:ty) => {
-        $crate::conformance_tests!(@gen $adapter;
-            s01_unprotected_route,
-            s02_challenge,
-            s03_unreadable_headers,
-            s04_no_matching_requirements,
-            s05_facilitator_says_invalid,
-            s06_facilitator_unavailable_at_verify,
-            s07_handler_error_not_settled,
-            s08_settlement_refused,
-            s09_settlement_unknown,
-            s10_settled_with_server_requirement,
-            s11_v1_and_v2_on_one_route,
-            s12_browser_paywall,
-            s13_settle_before_handler,
-            s14_dynamic_pricing,
-            s15_path_spellings_and_head,
-            s16_public_origin_whatever_the_host
-        );
-    };
-    (@gen $adapter:ty; $($scenario:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $scenario() {
-                $crate::suite::$scenario::<$adapter>().await;
-            }
-        )*
-
-        #[test]
-        fn scenario_count() {
-            let names: &[&str] = &[$(stringify!($scenario)),*];
-            assert_eq!(names, $crate::suite::SCENARIOS);
-            println!(
-                "conformance[{}]: {} scenarios",
-                <$adapter as $crate::Adapter>::NAME,
-                names.len()
-            );
-        }
-    };
 }
