@@ -79,11 +79,11 @@ impl Harness {
         headers.insert("host", HeaderValue::from_static("fuzz.test"));
         let uri: Uri = path.parse().unwrap();
         let before = self.facilitator.verify.load(Ordering::SeqCst);
-        let decision = self.runtime.block_on(self.engine.process(RequestView::new(
-            &Method::GET,
-            &uri,
-            &headers,
-        )));
+        let decision = self.runtime.block_on(async {
+            self.engine
+                .process(RequestView::new(&Method::GET, &uri, &headers))
+                .await
+        });
         let verified = self.facilitator.verify.load(Ordering::SeqCst) > before;
         prop_assert_eq!(self.facilitator.settle.load(Ordering::SeqCst), 0);
         match decision {

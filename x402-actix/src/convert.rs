@@ -7,13 +7,19 @@
 //! fallible paths exist because "cannot happen" is not a reason to panic on
 //! attacker input; each says what it does instead.
 
+use std::{
+    pin::Pin,
+    task::{Context, Poll},
+};
+
 use actix_web::{
-    body::BoxBody,
+    body::{BodySize, BoxBody, MessageBody},
     dev::ServiceRequest,
     http::{
         header::{HeaderMap, HeaderName, HeaderValue},
         StatusCode,
     },
+    web::Bytes,
     HttpResponse,
 };
 use x402_core::{engine::EngineResponse, route::RequestView};
@@ -124,6 +130,52 @@ pub(crate) fn write_back(
                     tracing::debug!(header = %name, "x402: header value not representable in actix-web; skipped");
                 }
             }
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// An actix-web body as an [`http_body::Body`], so that the engine can
+    /// hold or stream it.
+    pub(crate) struct HandlerBody<B> {
+        #[pin]
+        body: B,
+    }
+}
+
+impl<B> HandlerBody<B> {
+    pub(crate) fn new(body: B) -> Self {
+        Self { body }
+    }
+
+    pub(crate) fn into_inner(self) -> B {
+        self.body
+    }
+}
+
+impl<B: MessageBody> http_body::Body for HandlerBody<B> {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error>;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        self.project()
+            .body
+            .poll_next(cx)
+            .map(|chunk| chunk.map(|c| c.map(http_body::Frame::data).map_err(Into::into)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.body.size(), BodySize::None | BodySize::Sized(0))
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self.body.size() {
+            BodySize::None => http_body::SizeHint::with_exact(0),
+            BodySize::Sized(n) => http_body::SizeHint::with_exact(n),
+            BodySize::Stream => http_body::SizeHint::default(),
         }
     }
 }

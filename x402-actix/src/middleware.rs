@@ -8,21 +8,16 @@ use std::{
 };
 
 use actix_web::{
-    body::{self, EitherBody, MessageBody},
+    body::{BoxBody, EitherBody, MessageBody},
     dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform},
-    http::header,
     HttpMessage, HttpRequest, HttpResponse,
 };
 use x402_core::{
-    engine::{
-        handler_failed_response, Completion, ConfigError, Decision, EngineResponse, Guard,
-        PaidRequest,
-    },
-    route::SettlementTiming,
+    engine::{ConfigError, Decision, EngineResponse, Guard, Now, Reply},
     Engine, Route,
 };
 
-use crate::convert::{self, RequestHead};
+use crate::convert::{self, HandlerBody, RequestHead};
 
 /// The x402 paywall as actix-web middleware.
 ///
@@ -195,7 +190,8 @@ where
     }
 }
 
-/// One request through the engine: the same flow as `x402_tower::Paywall`.
+/// One request through the engine: translated in, decided and finished by
+/// the engine, translated out.
 async fn handle<S, B>(
     service: &S,
     guard: &Guard,
@@ -206,7 +202,10 @@ where
     B: MessageBody,
 {
     let decision = match RequestHead::from_request(&request) {
-        Ok(head) => guard.process(head.view()).await,
+        Ok(head) => match guard.process(head.view()).now() {
+            Now::Decided(decision) => decision,
+            Now::Pending(pending) => pending.decide(head.view()).await,
+        },
         Err(reason) => {
             // Unreachable for anything actix-web parsed (see `convert`), and
             // refused rather than let past the paywall unexamined.
@@ -233,70 +232,37 @@ where
     };
     request.extensions_mut().insert(paid.payment().clone());
 
-    if paid.timing() == SettlementTiming::BeforeHandler {
-        let settled = match paid.settle().await {
-            Ok(settled) => settled,
-            Err(response) => {
-                let (request, _) = request.into_parts();
-                return Ok(engine_response(request, response));
-            }
-        };
-        let mut response = service.call(request).await?;
-        let before = convert::headers_to_http1(response.headers());
-        let mut after = before.clone();
-        settled.finish(&mut after);
-        convert::write_back(response.headers_mut(), &before, &after);
-        return Ok(response.map_into_left_body());
-    }
-
-    let response = match service.call(request).await {
-        Ok(response) => response,
-        Err(error) => {
-            paid.abort().await;
-            return Err(error);
-        }
+    // Handler errors are mostly responses here already (status >= 400, with
+    // `response.error()` set), which the engine releases unsettled.
+    let mut kept = None;
+    let result = service.call(request).await.map(|response| {
+        let (request, response) = response.into_parts();
+        let (head, body) = response.into_parts();
+        let before = convert::headers_to_http1(head.headers());
+        let mut translated = http::Response::new(HandlerBody::new(body));
+        *translated.status_mut() = convert::status_to_http1(head.status());
+        *translated.headers_mut() = before.clone();
+        kept = Some((request, head, before));
+        translated
+    });
+    let reply = paid.finish(result).await?;
+    let Some((request, head, before)) = kept else {
+        // `finish` answers `Ok` only for a handler that answered.
+        return Err(actix_web::error::ErrorInternalServerError(""));
     };
-    // Handler errors are already responses here (status >= 400, with
-    // `response.error()` set); `complete` releases those unsettled.
-    complete(*paid, response).await
-}
-
-/// Settles a payment after its handler answered. The body is held until
-/// settled: a refused settlement must not leak it, and a body that fails
-/// midway must not be charged.
-async fn complete<B>(
-    paid: PaidRequest,
-    response: ServiceResponse<B>,
-) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error>
-where
-    B: MessageBody,
-{
-    let (request, response) = response.into_parts();
-    let (mut head, body) = response.into_parts();
-    let data = match body::to_bytes(body).await {
-        Ok(data) => data,
-        Err(error) => {
-            let error: Box<dyn std::error::Error> = error.into();
-            tracing::error!(%error, "x402: paid handler's body failed; not settling");
-            paid.abort().await;
-            return Ok(engine_response(request, handler_failed_response()));
+    Ok(match reply {
+        Reply::Handler(response) => {
+            let (parts, body) = response.into_parts();
+            let mut head = head;
+            convert::write_back(head.headers_mut(), &before, &parts.headers);
+            let body = match body.into_inner() {
+                Ok(streamed) => EitherBody::left(streamed.into_inner()),
+                Err(held) => EitherBody::right(BoxBody::new(held)),
+            };
+            ServiceResponse::new(request, head.set_body(body))
         }
-    };
-    let before = convert::headers_to_http1(head.headers());
-    let mut after = before.clone();
-    match paid
-        .complete(convert::status_to_http1(head.status()), &mut after)
-        .await
-    {
-        Completion::Deliver => {
-            convert::write_back(head.headers_mut(), &before, &after);
-            // The body's length is known now.
-            head.headers_mut().remove(header::TRANSFER_ENCODING);
-            let response = head.set_body(data).map_into_boxed_body();
-            Ok(ServiceResponse::new(request, response).map_into_right_body())
-        }
-        Completion::Replace(response) => Ok(engine_response(request, response)),
-    }
+        Reply::Engine(response) => engine_response(request, response),
+    })
 }
 
 fn engine_response<B>(

@@ -15,6 +15,11 @@
 //! | `/settle` failed to answer | [`on_settle_failure`](PaymentHooks::on_settle_failure) | recover with a receipt |
 //! | a verified payment ends unsettled | [`on_payment_canceled`](PaymentHooks::on_payment_canceled) | clean up (release a claim) |
 //! | a settled payment opened a session | [`on_session_opened`](PaymentHooks::on_session_opened) | observe |
+//! | a settled payment's session could not be stored | [`on_session_open_failed`](PaymentHooks::on_session_open_failed) | record it for the seller |
+//!
+//! Once a settlement started, it runs to completion with its hooks (the
+//! `after_settle`, `on_settle_failure` and session hooks) on a task of its
+//! own, whatever the client's connection does.
 //!
 //! Unlike upstream, hooks fail closed: a hook that returns an error from a
 //! step that gates the handler stops the request (503 with `Retry-After` for
@@ -143,11 +148,60 @@ pub enum BeforeSettle {
 pub enum CancelReason {
     /// The handler answered with this status (≥ 400).
     HandlerFailed(StatusCode),
-    /// The handler's response body failed, or the request was dropped before
-    /// the handler finished.
+    /// The handler failed without a response (it errored, its response
+    /// body failed midway, or an `upto` handler reported a malformed
+    /// charge).
     HandlerAborted,
     /// A later hook refused the request after this one accepted it.
     Refused,
+    /// The client went away (its request was dropped) before the payment
+    /// was settled.
+    ClientGone {
+        /// Whether claims on the payment are kept: `true` once the handler
+        /// started and the engine keeps claims on hang-up (its default; see
+        /// `EngineBuilder::release_claims_on_hang_up`). The handler may have
+        /// done its work, and a released claim would let the same
+        /// authorization start it again by hanging up each time. `false`
+        /// when the request was abandoned before its handler started.
+        keep_claim: bool,
+    },
+}
+
+impl CancelReason {
+    /// Whether a hook holding something for the payment (a replay claim)
+    /// should release it: always, except for a client that hung up while
+    /// its handler ran, under the engine's default policy.
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use x402_core::hooks::CancelReason;
+    ///
+    /// assert!(CancelReason::HandlerFailed(StatusCode::BAD_GATEWAY).releases_claim());
+    /// assert!(CancelReason::Refused.releases_claim());
+    /// assert!(!CancelReason::ClientGone { keep_claim: true }.releases_claim());
+    /// ```
+    pub fn releases_claim(self) -> bool {
+        !matches!(self, Self::ClientGone { keep_claim: true })
+    }
+}
+
+/// A settled payment bought a prepaid session that could not be stored:
+/// the buyer paid and holds no token. Given to
+/// [`PaymentHooks::on_session_open_failed`]; the seller must act on it
+/// (refund, or credit the buyer another way).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionOpenFailed {
+    /// The session offer's id.
+    pub offer_id: String,
+    /// Calls sold, the opening call included (which was served).
+    pub calls: u64,
+    /// Its scope.
+    pub scope: String,
+    /// Attempts made to store it.
+    pub attempts: u32,
+    /// The last attempt's error, for logs (never sent to the buyer).
+    pub error: String,
 }
 
 /// A prepaid session that a settled payment opened. The token itself is
@@ -197,7 +251,7 @@ pub trait PaymentHooks: Send + Sync + 'static {
     /// `on_protected_request` may return `false`: when no hook of an engine
     /// inspects requests, the engine answers an unpaid request with its
     /// ready-made 402 without waiting on any hook
-    /// ([`Engine::process_now`](crate::Engine::process_now)).
+    /// ([`Processing::now`](crate::engine::Processing::now)).
     /// A hook that returns `false` yet implements `on_protected_request` is
     /// skipped for those requests.
     fn inspects_requests(&self) -> bool {
@@ -252,7 +306,8 @@ pub trait PaymentHooks: Send + Sync + 'static {
         None
     }
 
-    /// A verified payment ended without a settlement attempt.
+    /// A verified payment ended without a settlement attempt. Release what
+    /// the hook holds for it when [`CancelReason::releases_claim`] says so.
     async fn on_payment_canceled(&self, _ctx: &PaymentContext<'_>, _reason: CancelReason) {}
 
     /// A settled payment opened a prepaid session.
@@ -261,6 +316,17 @@ pub trait PaymentHooks: Send + Sync + 'static {
         _ctx: &PaymentContext<'_>,
         _receipt: &SettleResponse,
         _session: &SessionOpened,
+    ) {
+    }
+
+    /// A settled payment bought a session that could not be stored after
+    /// retries: the buyer was answered with the paid response and
+    /// `X-PAYMENT-SESSION-ERROR`, and holds no token.
+    async fn on_session_open_failed(
+        &self,
+        _ctx: &PaymentContext<'_>,
+        _receipt: &SettleResponse,
+        _failure: &SessionOpenFailed,
     ) {
     }
 }

@@ -10,6 +10,7 @@ pub mod engine;
 pub mod evm;
 pub mod facilitator;
 pub mod hooks;
+mod late;
 #[cfg(feature = "local-facilitator")]
 #[cfg_attr(docsrs, doc(cfg(feature = "local-facilitator")))]
 pub mod local;

@@ -236,18 +236,16 @@ fn resource_url(resp: &x402_core::engine::EngineResponse) -> String {
 }
 
 #[tokio::test]
-async fn process_now_decides_what_needs_no_waiting_and_agrees_with_process() {
-    use x402_core::engine::Immediate;
-
+async fn process_decides_at_once_what_needs_no_waiting_and_agrees_when_awaited() {
     let engine = Engine::builder(SupportedOnly)
         .route(Route::get("/r").offer(Offer::exact("eip155:84532", "$0.001", PAY_TO)))
         .trust_proxy_headers()
         .build()
         .unwrap();
-    let now = |p: &http::request::Parts| engine.process_now(RequestView::from_parts(p));
+    let now = |p: &http::request::Parts| decided_now(&engine, p);
 
     // Unprotected: pass, at once.
-    assert!(matches!(now(&parts("/free", &[])), Some(Immediate::Pass)));
+    assert!(matches!(now(&parts("/free", &[])), Some(Decision::Pass)));
 
     // The first unpaid request builds the challenge for its URL; from then
     // on the same URL is answered at once, with the same bytes `process`
@@ -257,7 +255,7 @@ async fn process_now_decides_what_needs_no_waiting_and_agrees_with_process() {
     let Decision::Respond(slow) = engine.process(RequestView::from_parts(&first)).await else {
         panic!("expected a challenge");
     };
-    let Some(Immediate::Respond(fast)) = now(&first) else {
+    let Some(Decision::Respond(fast)) = now(&first) else {
         panic!("expected the ready-made challenge");
     };
     assert_eq!(fast.status(), 402);
@@ -302,7 +300,7 @@ async fn process_now_decides_what_needs_no_waiting_and_agrees_with_process() {
             panic!("expected a challenge");
         };
         assert_eq!(resource_url(&resp), url);
-        let Some(Immediate::Respond(again)) = now(&p) else {
+        let Some(Decision::Respond(again)) = now(&p) else {
             panic!("expected {url}'s challenge to be ready now");
         };
         assert_eq!(resource_url(&again), url);
@@ -329,9 +327,7 @@ async fn process_now_decides_what_needs_no_waiting_and_agrees_with_process() {
 }
 
 #[tokio::test]
-async fn process_now_waits_for_hooks_that_inspect_requests() {
-    use x402_core::engine::Immediate;
-
+async fn process_waits_for_hooks_that_inspect_requests() {
     let engine = Engine::builder(SupportedOnly)
         .route(
             Route::get("/r")
@@ -343,16 +339,21 @@ async fn process_now_waits_for_hooks_that_inspect_requests() {
         .unwrap();
     let p = parts("/r", &[]);
     // The challenge is encoded at build, but the hook may grant access.
-    assert!(engine.process_now(RequestView::from_parts(&p)).is_none());
+    assert!(decided_now(&engine, &p).is_none());
     assert!(matches!(
         engine.process(RequestView::from_parts(&p)).await,
         Decision::Pass
     ));
     let free = parts("/free", &[]);
-    assert!(matches!(
-        engine.process_now(RequestView::from_parts(&free)),
-        Some(Immediate::Pass)
-    ));
+    assert!(matches!(decided_now(&engine, &free), Some(Decision::Pass)));
+}
+
+/// What [`Engine::process`] decides without waiting.
+fn decided_now(engine: &Engine, parts: &http::request::Parts) -> Option<Decision> {
+    match engine.process(RequestView::from_parts(parts)).now() {
+        x402_core::engine::Now::Decided(decision) => Some(decision),
+        x402_core::engine::Now::Pending(_) => None,
+    }
 }
 
 /// The challenge names the configured public origin, whatever `Host`,

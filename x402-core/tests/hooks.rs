@@ -23,7 +23,7 @@ use x402_core::{
     },
     proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse},
     route::RequestView,
-    Completion, Decision, Engine, Offer, Route,
+    Completion, Decision, Engine, EngineBuilder, Offer, Route,
 };
 
 const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
@@ -190,10 +190,23 @@ struct Setup {
 }
 
 fn setup(facilitator: Counting, scripts: Vec<(&'static str, Script)>) -> Setup {
+    setup_with(facilitator, scripts, |b| b)
+}
+
+fn setup_with(
+    facilitator: Counting,
+    scripts: Vec<(&'static str, Script)>,
+    configure: impl FnOnce(EngineBuilder) -> EngineBuilder,
+) -> Setup {
     let facilitator = Arc::new(facilitator);
     let log = Arc::new(Mutex::new(Vec::new()));
-    let mut builder = Engine::builder(facilitator.clone())
-        .route(Route::get("/paid").offer(Offer::exact("eip155:84532", "$0.01", PAY_TO)));
+    let mut builder = configure(
+        Engine::builder(facilitator.clone()).route(Route::get("/paid").offer(Offer::exact(
+            "eip155:84532",
+            "$0.01",
+            PAY_TO,
+        ))),
+    );
     for (name, script) in scripts {
         builder = builder.hooks(Scripted {
             name,
@@ -563,18 +576,43 @@ async fn hooks_run_in_registration_order_and_hear_about_failed_handlers() {
 }
 
 #[tokio::test]
-async fn a_paid_request_dropped_unfinished_releases_its_claim() {
+async fn a_client_that_hangs_up_mid_handler_keeps_the_claim_by_default() {
     let s = setup(Counting::default(), vec![("h", Script::default())]);
     let header = payment(&s.engine).await;
     let Decision::Paid(paid) = decide(&s.engine, Some(&header)).await else {
         panic!()
     };
-    // The client went away before the handler finished.
+    // The client went away while the handler ran.
     drop(paid);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(s.engine.drain(Duration::from_secs(1)).await);
     let log = s.log.lock().unwrap().clone();
     assert!(
-        log.contains(&"h:canceled(HandlerAborted)".to_owned()),
+        log.contains(&"h:canceled(ClientGone { keep_claim: true })".to_owned()),
+        "{log:?}"
+    );
+    // The claim is kept: the same authorization cannot start the handler
+    // again by hanging up each time.
+    let Decision::Respond(r) = decide(&s.engine, Some(&header)).await else {
+        panic!("a resend after a hang-up ran the handler again")
+    };
+    assert_eq!(error_of(&r), "payment_replayed");
+    assert_eq!(s.facilitator.settles.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn release_claims_on_hang_up_lets_the_same_payment_be_retried() {
+    let s = setup_with(Counting::default(), vec![("h", Script::default())], |b| {
+        b.release_claims_on_hang_up(true)
+    });
+    let header = payment(&s.engine).await;
+    let Decision::Paid(paid) = decide(&s.engine, Some(&header)).await else {
+        panic!()
+    };
+    drop(paid);
+    assert!(s.engine.drain(Duration::from_secs(1)).await);
+    let log = s.log.lock().unwrap().clone();
+    assert!(
+        log.contains(&"h:canceled(ClientGone { keep_claim: false })".to_owned()),
         "{log:?}"
     );
     // The replay claim was released, so an honest retry goes through.

@@ -10,7 +10,10 @@
 
 use std::{
     process::Stdio,
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
     time::{Duration, Instant},
 };
 
@@ -26,6 +29,9 @@ use x402_core::{
     facilitator::{Facilitator, FacilitatorError},
     proto::{v2, FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse},
     route::RequestView,
+    session::{
+        MemorySessionStore, Redemption, SessionRecord, SessionStore, SessionStoreError, TokenHash,
+    },
     webhook::{sign, EventType, WebhookError, WebhookSecret, WebhookVerifier, Webhooks},
     Completion, Decision, Engine, Offer, Route,
 };
@@ -630,16 +636,11 @@ async fn hanging_receiver_does_not_slow_the_paid_request() {
     assert!(stopping.elapsed() < Duration::from_secs(1));
 }
 
-#[tokio::test]
-async fn buying_a_session_emits_session_opened_with_the_settlement() {
+/// An engine selling `pack-10` sessions on `/report`, over `store`.
+fn session_engine(webhooks: &Webhooks, store: impl SessionStore) -> Engine {
     use x402_core::session::SessionOffer;
 
-    let rx = receiver(|_| Reply::Status(204)).await;
-    let secret = WebhookSecret::generate();
-    let whsec = secret.to_whsec();
-    let webhooks = fast(&rx.url, vec![secret], 3);
-    let _worker = webhooks.start();
-    let engine = Engine::builder(Stub(Settle::Ok))
+    Engine::builder(Stub(Settle::Ok))
         .public_origin("http://shop.example.test")
         .route(
             Route::get("/report")
@@ -649,10 +650,15 @@ async fn buying_a_session_emits_session_opened_with_the_settlement() {
                         .offer(Offer::exact("eip155:84532", "$0.05", PAY_TO)),
                 ),
         )
+        .session_store(store)
+        .session_open_deadline(Duration::from_millis(600))
         .hooks(webhooks.hooks())
         .build()
-        .unwrap();
+        .unwrap()
+}
 
+/// Buys a session on `engine`: the opening call's completion and headers.
+async fn buy_session(engine: &Engine) -> (Completion, HeaderMap) {
     let (parts, ()) = http::Request::get("http://shop.example.test/report")
         .body(())
         .unwrap()
@@ -687,10 +693,128 @@ async fn buying_a_session_emits_session_opened_with_the_settlement() {
         panic!("expected a verified payment");
     };
     let mut headers = HeaderMap::new();
-    assert!(matches!(
-        paid.complete(http::StatusCode::OK, &mut headers).await,
-        Completion::Deliver
-    ));
+    let completion = paid.complete(http::StatusCode::OK, &mut headers).await;
+    (completion, headers)
+}
+
+/// A session store whose first `failures` opens fail; counts its calls.
+/// Clones share everything.
+#[derive(Debug, Clone, Default)]
+struct FlakyStore {
+    failures: usize,
+    opens: Arc<AtomicUsize>,
+    closes: Arc<AtomicUsize>,
+    inner: MemorySessionStore,
+}
+
+impl FlakyStore {
+    fn failing(failures: usize) -> Self {
+        Self {
+            failures,
+            ..Self::default()
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionStore for FlakyStore {
+    async fn open(&self, token: &TokenHash, record: SessionRecord) -> Result<(), SessionStoreError> {
+        if self.opens.fetch_add(1, Ordering::SeqCst) < self.failures {
+            return Err(SessionStoreError::Backend("injected: store down".into()));
+        }
+        self.inner.open(token, record).await
+    }
+
+    async fn redeem(
+        &self,
+        token: &TokenHash,
+        scope: &str,
+        now: u64,
+    ) -> Result<Redemption, SessionStoreError> {
+        self.inner.redeem(token, scope, now).await
+    }
+
+    async fn give_back(&self, token: &TokenHash) -> Result<(), SessionStoreError> {
+        self.inner.give_back(token).await
+    }
+
+    async fn close(&self, token: &TokenHash) -> Result<(), SessionStoreError> {
+        self.closes.fetch_add(1, Ordering::SeqCst);
+        self.inner.close(token).await
+    }
+}
+
+#[tokio::test]
+async fn a_session_store_that_fails_briefly_is_retried_with_the_same_session() {
+    let rx = receiver(|_| Reply::Status(204)).await;
+    let webhooks = fast(&rx.url, vec![WebhookSecret::generate()], 3);
+    let store = FlakyStore::failing(2);
+    let engine = session_engine(&webhooks, store.clone());
+    let (completion, headers) = buy_session(&engine).await;
+    assert!(matches!(completion, Completion::Deliver));
+    assert_eq!(store.opens.load(Ordering::SeqCst), 3);
+    assert!(headers.contains_key("x-payment-session"));
+    assert_eq!(headers["x-payment-session-remaining"], "9");
+    assert!(!headers.contains_key("x-payment-session-error"));
+}
+
+#[tokio::test]
+async fn a_session_that_cannot_be_stored_is_reported_to_buyer_and_seller() {
+    let rx = receiver(|_| Reply::Status(204)).await;
+    let secret = WebhookSecret::generate();
+    let whsec = secret.to_whsec();
+    let webhooks = fast(&rx.url, vec![secret], 3);
+    let _worker = webhooks.start();
+    let store = FlakyStore::failing(usize::MAX);
+    let engine = session_engine(&webhooks, store.clone());
+    let (completion, headers) = buy_session(&engine).await;
+
+    // The paid call is served, and the buyer is told there is no session.
+    assert!(matches!(completion, Completion::Deliver));
+    assert!(headers.contains_key("payment-response"));
+    assert!(!headers.contains_key("x-payment-session"));
+    assert_eq!(headers["x-payment-session-error"], "session_open_failed");
+    assert!(store.opens.load(Ordering::SeqCst) >= 2, "retried");
+    assert_eq!(store.closes.load(Ordering::SeqCst), 1, "a late write is undone");
+
+    // The seller gets the event...
+    let got = rx.wait_for(2, Duration::from_secs(5)).await;
+    let verifier = WebhookVerifier::from_whsec([whsec.as_str()]).unwrap();
+    let events: Vec<_> = got
+        .iter()
+        .map(|r| verifier.verify(&r.headers, &r.body).unwrap())
+        .collect();
+    let failed = events
+        .iter()
+        .find(|e| e.event_type == EventType::SessionOpenFailed)
+        .expect("a session.open_failed event");
+    assert_eq!(failed.data.transaction, TX);
+    assert_eq!(failed.data.amount.to_string(), "50000");
+    assert_eq!(failed.data.payer.as_deref(), Some(PAYER));
+    assert_eq!(failed.data.error_reason.as_deref(), Some("session_open_failed"));
+    assert_eq!(failed.data.extra["sessionOffer"], "pack-10");
+    assert_eq!(failed.data.extra["calls"], 10);
+    // ...and a dead letter waits for it, whether or not that was delivered.
+    let letters = webhooks.dead_letters().await.unwrap();
+    let letter = letters
+        .iter()
+        .find(|l| l.message.event_type == "session.open_failed")
+        .expect("a dead letter for the failed session");
+    let body: Value = serde_json::from_str(&letter.message.body).unwrap();
+    assert_eq!(body["data"]["transaction"], TX);
+    assert_eq!(body["data"]["payer"], PAYER);
+}
+
+#[tokio::test]
+async fn buying_a_session_emits_session_opened_with_the_settlement() {
+    let rx = receiver(|_| Reply::Status(204)).await;
+    let secret = WebhookSecret::generate();
+    let whsec = secret.to_whsec();
+    let webhooks = fast(&rx.url, vec![secret], 3);
+    let _worker = webhooks.start();
+    let engine = session_engine(&webhooks, MemorySessionStore::new());
+    let (completion, headers) = buy_session(&engine).await;
+    assert!(matches!(completion, Completion::Deliver));
     let token = headers["x-payment-session"].to_str().unwrap().to_owned();
 
     let got = rx.wait_for(2, Duration::from_secs(5)).await;

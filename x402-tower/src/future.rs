@@ -1,58 +1,93 @@
 use std::{
     fmt,
-    future::{Future, Ready},
+    future::Future,
     pin::Pin,
     task::{Context, Poll},
 };
 
 use http::Response;
+use pin_project_lite::pin_project;
 
 use crate::PaywallBody;
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
-/// The response future of [`Paywall`](crate::Paywall).
-pub struct ResponseFuture<B, E> {
-    kind: Kind<B, E>,
+pin_project! {
+    /// The response future of [`Paywall`](crate::Paywall): a request that
+    /// passes polls the inner service's future as it is, with no allocation;
+    /// a ready-made answer (a 402) is returned at once; anything the engine
+    /// waits on (verification, the handler, settlement) runs boxed.
+    pub struct ResponseFuture<F, B, E> {
+        #[pin]
+        kind: Kind<F, B, E>,
+    }
 }
 
-enum Kind<B, E> {
-    /// Decided at once: the 402 of an unpaid request.
-    Ready(Ready<Result<Response<PaywallBody<B>>, E>>),
-    /// Anything that waits: the engine, the inner service, settlement.
-    Boxed(BoxFuture<Result<Response<PaywallBody<B>>, E>>),
+pin_project! {
+    #[project = KindProj]
+    enum Kind<F, B, E> {
+        Ready { response: Option<Response<PaywallBody<B>>> },
+        Pass { #[pin] future: F },
+        Engine { future: BoxFuture<Result<Response<PaywallBody<B>>, E>> },
+    }
 }
 
-impl<B, E> ResponseFuture<B, E> {
+impl<F, B, E> ResponseFuture<F, B, E> {
     pub(crate) fn ready(response: Response<PaywallBody<B>>) -> Self {
         Self {
-            kind: Kind::Ready(std::future::ready(Ok(response))),
+            kind: Kind::Ready {
+                response: Some(response),
+            },
         }
     }
 
-    pub(crate) fn boxed(
+    pub(crate) fn pass(future: F) -> Self {
+        Self {
+            kind: Kind::Pass { future },
+        }
+    }
+
+    pub(crate) fn engine(
         future: impl Future<Output = Result<Response<PaywallBody<B>>, E>> + Send + 'static,
     ) -> Self {
         Self {
-            kind: Kind::Boxed(Box::pin(future)),
+            kind: Kind::Engine {
+                future: Box::pin(future),
+            },
         }
     }
 }
 
-impl<B, E> fmt::Debug for ResponseFuture<B, E> {
+impl<F, B, E> fmt::Debug for ResponseFuture<F, B, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+        let kind = match &self.kind {
+            Kind::Ready { .. } => "ready",
+            Kind::Pass { .. } => "pass",
+            Kind::Engine { .. } => "engine",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("kind", &kind)
+            .finish()
     }
 }
 
-impl<B, E> Future for ResponseFuture<B, E> {
+impl<F, B, E> Future for ResponseFuture<F, B, E>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
     type Output = Result<Response<PaywallBody<B>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // Both kinds are `Unpin`.
-        match &mut self.get_mut().kind {
-            Kind::Ready(ready) => Pin::new(ready).poll(cx),
-            Kind::Boxed(future) => future.as_mut().poll(cx),
+        match self.project().kind.project() {
+            // Polled again after it completed: it stays pending, as the
+            // `Future` contract allows.
+            KindProj::Ready { response } => response
+                .take()
+                .map_or(Poll::Pending, |r| Poll::Ready(Ok(r))),
+            KindProj::Pass { future } => future
+                .poll(cx)
+                .map(|result| result.map(|response| response.map(PaywallBody::stream))),
+            KindProj::Engine { future } => future.as_mut().poll(cx),
         }
     }
 }

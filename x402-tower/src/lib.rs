@@ -63,15 +63,18 @@
 
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
-mod body;
 mod dispatch;
 mod future;
 mod layer;
 mod service;
 
-pub use self::body::PaywallBody;
 pub use self::dispatch::{Dispatch, ReadDispatch};
 pub use self::future::ResponseFuture;
 pub use self::layer::PaywallLayer;
 pub use self::service::Paywall;
 pub use x402_core::{Engine, VerifiedPayment};
+
+/// The response body of [`Paywall`]: the inner service's body streamed as it
+/// is, or a complete body (an engine response, or a paid handler's body held
+/// until its payment settled).
+pub type PaywallBody<B> = x402_core::engine::PaidBody<B>;

@@ -2,11 +2,10 @@ use std::task::{Context, Poll};
 
 use http::{Request, Response};
 use http_body::Body;
-use http_body_util::BodyExt;
 use tower_service::Service;
 use x402_core::{
-    engine::{handler_failed_response, Completion, Decision, Guard, Immediate, PaidRequest},
-    route::{RequestView, SettlementTiming},
+    engine::{Decision, Guard, Now, PaidRequest, Reply},
+    route::RequestView,
     Engine, VerifiedPayment,
 };
 
@@ -67,7 +66,7 @@ where
 {
     type Response = Response<PaywallBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<ResBody, S::Error>;
+    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -75,40 +74,39 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         // Unprotected requests and ready-made 402s are decided here, with no
-        // clone of the inner service and no boxed engine future.
-        match self.guard.process_now(view(&request, self.read_dispatch)) {
-            Some(Immediate::Pass) => {
-                passed(&self.guard, &request, self.read_dispatch);
-                let future = self.inner.call(request);
-                return ResponseFuture::boxed(async move {
-                    future.await.map(|r| r.map(PaywallBody::stream))
-                });
+        // clone of the inner service and no boxed future.
+        let read = self.read_dispatch;
+        let step = match self.guard.process(view(&request, read)).now() {
+            Now::Decided(Decision::Pass) => {
+                passed(&self.guard, &request, read);
+                return ResponseFuture::pass(self.inner.call(request));
             }
-            Some(Immediate::Respond(response)) => {
+            Now::Decided(Decision::Respond(response)) => {
                 return ResponseFuture::ready(response.map(PaywallBody::full));
             }
-            _ => {}
-        }
+            Now::Decided(Decision::Paid(paid)) => Ok(paid),
+            Now::Pending(pending) => Err(pending),
+        };
 
         // The instance that reported ready goes into the future; this one keeps
         // a fresh clone (see "Be careful when cloning inner services" in
         // tower-service's docs).
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let (guard, read) = (self.guard.clone(), self.read_dispatch);
+        let guard = self.guard.clone();
 
-        ResponseFuture::boxed(async move {
-            let decision = guard.process(view(&request, read)).await;
-            let paid = match decision {
-                Decision::Pass => {
-                    passed(&guard, &request, read);
-                    return inner
-                        .call(request)
-                        .await
-                        .map(|r| r.map(PaywallBody::stream));
-                }
-                Decision::Respond(response) => return Ok(response.map(PaywallBody::full)),
-                Decision::Paid(paid) => paid,
+        ResponseFuture::engine(async move {
+            let paid = match step {
+                Ok(paid) => paid,
+                Err(pending) => match pending.decide(view(&request, read)).await {
+                    Decision::Pass => {
+                        passed(&guard, &request, read);
+                        let response = inner.call(request).await?;
+                        return Ok(response.map(PaywallBody::stream));
+                    }
+                    Decision::Respond(response) => return Ok(response.map(PaywallBody::full)),
+                    Decision::Paid(paid) => paid,
+                },
             };
             // Boxed apart: the paid flow's state is large, and the 402
             // and pass-through paths should not allocate room for it.
@@ -143,8 +141,8 @@ fn view<B>(request: &Request<B>, read: ReadDispatch) -> RequestView<'_> {
         .paid_upstream(request.extensions().get::<VerifiedPayment>())
 }
 
-/// The handler and settlement for a verified payment or redeemed session
-/// call: settle first (per route) or hold the body until settled.
+/// A verified payment or redeemed session call: the handler runs with the
+/// payment in its extensions, and the engine finishes the request.
 async fn serve_paid<S, ReqBody, ResBody>(
     paid: Box<PaidRequest>,
     mut inner: S,
@@ -156,41 +154,6 @@ where
     ResBody::Error: std::fmt::Display,
 {
     request.extensions_mut().insert(paid.payment().clone());
-
-    if paid.timing() == SettlementTiming::BeforeHandler {
-        let settled = match paid.settle().await {
-            Ok(settled) => settled,
-            Err(response) => return Ok(response.map(PaywallBody::full)),
-        };
-        let mut response = inner.call(request).await?;
-        settled.finish(response.headers_mut());
-        return Ok(response.map(PaywallBody::stream));
-    }
-
-    let response = match inner.call(request).await {
-        Ok(response) => response,
-        Err(e) => {
-            paid.abort().await;
-            return Err(e);
-        }
-    };
-    let (mut parts, body) = response.into_parts();
-    // Held until settled: a refused settlement must not leak it,
-    // and a body that fails midway must not be charged.
-    let data = match body.collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) => {
-            tracing::error!(error = %e, "x402: paid handler's body failed; not settling");
-            paid.abort().await;
-            return Ok(handler_failed_response().map(PaywallBody::full));
-        }
-    };
-    match paid.complete(parts.status, &mut parts.headers).await {
-        Completion::Deliver => {
-            // The body's length is known now.
-            parts.headers.remove(http::header::TRANSFER_ENCODING);
-            Ok(Response::from_parts(parts, PaywallBody::full(data)))
-        }
-        Completion::Replace(response) => Ok(response.map(PaywallBody::full)),
-    }
+    let response = inner.call(request).await;
+    paid.finish(response).await.map(Reply::into_response)
 }

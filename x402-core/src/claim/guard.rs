@@ -1,6 +1,6 @@
 //! The replay guard: the after-verify hook that claims each payment.
 
-use std::{fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
+use std::{fmt, sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 
@@ -9,6 +9,7 @@ use super::{
 };
 use crate::{
     hooks::{AfterVerify, CancelReason, HookError, PaymentContext, PaymentHooks},
+    late::{Late, LATE_ANSWER_WAIT},
     proto::VerifyResponse,
 };
 
@@ -18,10 +19,6 @@ const DEFAULT_DEADLINE: Duration = Duration::from_millis(250);
 /// The default `Retry-After` of a `503 claim_unavailable`.
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// How long a store call that missed its deadline is still awaited in the
-/// background (to release a claim that lands late) before it is dropped.
-const LATE_ANSWER_WAIT: Duration = Duration::from_secs(60);
-
 /// The reason of a refused replay.
 const REPLAYED: &str = "payment_replayed";
 
@@ -30,9 +27,6 @@ const UNAVAILABLE: &str = "claim_unavailable";
 
 /// At most this many characters of a key are logged.
 const KEY_LOG_LEN: usize = 48;
-
-/// A store call, boxed so that it can outlive the request that started it.
-type StoreCall<T> = Pin<Box<dyn Future<Output = Result<T, ClaimStoreError>> + Send + 'static>>;
 
 /// The replay guard: claims every verified payment once, before the
 /// handler runs. Register it with `EngineBuilder::hooks`; see the
@@ -59,16 +53,24 @@ type StoreCall<T> = Pin<Box<dyn Future<Output = Result<T, ClaimStoreError>> + Se
 ///   unreachable store costs a buyer a quarter of a second, never a hung
 ///   request. A call that misses the deadline is not dropped: it keeps
 ///   running in the background (up to 60 s), and if its claim lands after
-///   all, it is released, since its request was refused. An honest retry
-///   then succeeds.
+///   all, it is released, since its request was refused. The same holds
+///   for a claim whose client hung up while it was being written. An honest
+///   retry then succeeds.
 /// - **Unkeyable payments are refused** (`402 claim_unsupported`): a
 ///   payment this crate cannot name could be replayed freely. Opt out with
 ///   [`allow_unclaimable`] or per route with [`allow_unclaimable_route`].
 /// - **Release on failure, never after settlement.** When the handler fails
-///   (≥ 400), is aborted, or a later hook refuses, the claim is released so
+///   (≥ 400 or an error), or a later hook refuses, the claim is released so
 ///   the buyer can retry with the same authorization. Once a settlement has
 ///   been attempted the claim is kept until it expires: money may have
 ///   moved.
+/// - **A client that hangs up keeps its claim** once the handler started
+///   (see [`CancelReason::releases_claim`]): the handler may have done its
+///   work, and a released claim would let one funded authorization start it
+///   again and again by disconnecting each time. The engine's
+///   `release_claims_on_hang_up` changes that. A request abandoned before
+///   its handler started releases its claim, including one that lands after
+///   the client went away.
 ///
 /// [`dangerous_fail_open`]: Self::dangerous_fail_open
 /// [`deadline`]: Self::deadline
@@ -207,18 +209,6 @@ impl ReplayGuard {
             reason: error.reason().to_owned(),
         }
     }
-
-    /// Runs `call` until the deadline. On time, its answer; late, the call
-    /// itself, still running, for the caller to hand to a background task.
-    async fn bounded<T>(
-        &self,
-        mut call: StoreCall<T>,
-    ) -> Result<Result<T, ClaimStoreError>, StoreCall<T>> {
-        match tokio::time::timeout(self.deadline, &mut call).await {
-            Ok(answer) => Ok(answer),
-            Err(_elapsed) => Err(call),
-        }
-    }
 }
 
 #[async_trait]
@@ -239,22 +229,31 @@ impl PaymentHooks for ReplayGuard {
                 Err(e) => return Ok(self.unkeyable(ctx, payer, &e)),
             };
 
-        let call: StoreCall<Claimed> = {
+        // The claim is a write: if this request stops waiting for it (the
+        // deadline passed, or the client hung up mid-call), it may land all
+        // the same, and is then released, since its request was refused.
+        let mut call = {
             let store = Arc::clone(&self.store);
-            let key = key.clone();
-            Box::pin(async move { store.claim(&key, expires_at).await })
+            let (key, release_key) = (key.clone(), key.clone());
+            let release_store = Arc::clone(&self.store);
+            Late::new(
+                "replay claim",
+                async move { store.claim(&key, expires_at).await },
+                move |answer| release_late_claim(release_store, release_key, answer),
+            )
         };
-        let answer = match self.bounded(call).await {
-            Ok(answer) => answer,
-            Err(call) => {
-                // Keep the claim running: if it lands, release it (the
-                // request is refused), or keep it when failing open (the
-                // payment goes ahead).
-                let store = Arc::clone(&self.store);
-                tokio::spawn(finish_late_claim(store, key.clone(), call, !self.fail_open));
+        let answer = match call.answer(self.deadline).await {
+            Some(answer) => answer,
+            None => {
+                if self.fail_open {
+                    // The payment goes ahead unclaimed: a claim that lands
+                    // late is kept, and a replay it detects is logged.
+                    call.on_late(keep_late_claim(key.clone()));
+                }
                 Err(ClaimStoreError::TimedOut(self.deadline))
             }
         };
+        drop(call);
 
         let key_log = KeyForLog(&key);
         match answer {
@@ -306,17 +305,25 @@ impl PaymentHooks for ReplayGuard {
         let Ok(ClaimKey { key, .. }) = claim_key(ctx.payload, ctx.requirements, ctx.network) else {
             return;
         };
-        let call: StoreCall<()> = {
-            let store = Arc::clone(&self.store);
-            let key = key.clone();
-            Box::pin(async move { store.release(&key).await })
-        };
         let key_log = KeyForLog(&key);
-        match self.bounded(call).await {
-            Ok(Ok(())) => {
+        if !reason.releases_claim() {
+            tracing::debug!(network = ctx.network, key = %key_log, ?reason, "x402: claim kept");
+            return;
+        }
+        let mut call = {
+            let store = Arc::clone(&self.store);
+            let (key, late_key) = (key.clone(), key.clone());
+            Late::new(
+                "claim release",
+                async move { store.release(&key).await },
+                move |answer| late_release(late_key, answer),
+            )
+        };
+        match call.answer(self.deadline).await {
+            Some(Ok(())) => {
                 tracing::debug!(network = ctx.network, key = %key_log, ?reason, "x402: claim released");
             }
-            Ok(Err(error)) => {
+            Some(Err(error)) => {
                 tracing::warn!(
                     error = %error,
                     network = ctx.network,
@@ -325,67 +332,70 @@ impl PaymentHooks for ReplayGuard {
                     "x402: could not release a claim; it is kept until it expires"
                 );
             }
-            Err(call) => {
+            None => {
                 tracing::debug!(network = ctx.network, key = %key_log, "x402: claim release is slow; finishing it in the background");
-                tokio::spawn(finish_late_release(key, call));
             }
         }
     }
 }
 
-/// Waits for a claim that missed its deadline; if it landed and `release`
-/// is set (its request was refused), releases it.
-async fn finish_late_claim(
+/// What a claim nobody waited for answered: if it landed, its request was
+/// refused or abandoned, so it is released.
+async fn release_late_claim(
     store: Arc<dyn ClaimStore>,
     key: String,
-    call: StoreCall<Claimed>,
-    release: bool,
+    answer: Result<Claimed, ClaimStoreError>,
 ) {
     let key_log = KeyForLog(&key);
-    match tokio::time::timeout(LATE_ANSWER_WAIT, call).await {
-        Ok(Ok(Claimed::Claimed)) if release => {
-            tracing::info!(key = %key_log, "x402: a claim landed after its request was refused; releasing it");
-            let call: StoreCall<()> = {
-                let key = key.clone();
-                Box::pin(async move { store.release(&key).await })
-            };
-            finish_late_release(key, call).await;
+    match answer {
+        Ok(Claimed::Claimed) => {
+            tracing::info!(key = %key_log, "x402: a claim landed after its request was refused or abandoned; releasing it");
+            let released = tokio::time::timeout(LATE_ANSWER_WAIT, store.release(&key)).await;
+            late_release(
+                key,
+                released.unwrap_or(Err(ClaimStoreError::TimedOut(LATE_ANSWER_WAIT))),
+            )
+            .await;
         }
-        Ok(Ok(Claimed::Claimed)) => {
-            tracing::info!(key = %key_log, "x402: a late claim landed; the payment let through is now claimed");
-        }
-        Ok(Ok(Claimed::AlreadyClaimed)) if !release => {
-            tracing::warn!(
-                key = %key_log,
-                "x402: a payment let through by dangerous_fail_open was a replay"
-            );
-        }
-        Ok(Ok(Claimed::AlreadyClaimed)) => {}
-        Ok(Err(error)) => {
+        Ok(Claimed::AlreadyClaimed) => {}
+        Err(error) => {
             tracing::debug!(error = %error, key = %key_log, "x402: a late claim failed; nothing to release");
-        }
-        Err(_elapsed) => {
-            tracing::warn!(
-                key = %key_log,
-                "x402: claim store gave no answer within 60 s; if the claim lands later it is kept until it expires"
-            );
         }
     }
 }
 
-/// Waits for a release that missed its deadline.
-async fn finish_late_release(key: String, call: StoreCall<()>) {
+/// For a payment let through unclaimed by `dangerous_fail_open`: a claim
+/// that lands late is kept; a replay it detects is logged.
+fn keep_late_claim(
+    key: String,
+) -> impl FnOnce(Result<Claimed, ClaimStoreError>) -> std::future::Ready<()> + Send + 'static {
+    move |answer| {
+        let key_log = KeyForLog(&key);
+        match answer {
+            Ok(Claimed::Claimed) => {
+                tracing::info!(key = %key_log, "x402: a late claim landed; the payment let through is now claimed");
+            }
+            Ok(Claimed::AlreadyClaimed) => tracing::warn!(
+                key = %key_log,
+                "x402: a payment let through by dangerous_fail_open was a replay"
+            ),
+            Err(error) => {
+                tracing::debug!(error = %error, key = %key_log, "x402: a late claim failed");
+            }
+        }
+        std::future::ready(())
+    }
+}
+
+/// What a release nobody waited for answered.
+async fn late_release(key: String, answer: Result<(), ClaimStoreError>) {
     let key_log = KeyForLog(&key);
-    match tokio::time::timeout(LATE_ANSWER_WAIT, call).await {
-        Ok(Ok(())) => tracing::debug!(key = %key_log, "x402: claim released (late)"),
-        Ok(Err(error)) => tracing::warn!(
+    match answer {
+        Ok(()) => tracing::debug!(key = %key_log, "x402: claim released (late)"),
+        Err(error) => tracing::warn!(
             error = %error,
             key = %key_log,
             "x402: could not release a claim; it is kept until it expires"
-        ),
-        Err(_elapsed) => tracing::warn!(
-            key = %key_log,
-            "x402: claim store gave no answer to a release within 60 s; the claim may be kept until it expires"
         ),
     }
 }

@@ -47,7 +47,7 @@
 
 use std::{fmt, sync::Arc, time::Duration};
 
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderValue};
 use serde_json::{json, Value};
 use tokio::sync::OnceCell;
 use tracing::Instrument;
@@ -59,27 +59,31 @@ use crate::{
     codec,
     facilitator::{Facilitator, FacilitatorError},
     hooks::{
-        AfterVerify, BeforeSettle, BeforeVerify, CancelReason, HookError, PaymentContext,
-        PaymentHooks, ProtectedRequest, RequestContext, SessionOpened,
+        AfterVerify, BeforeVerify, CancelReason, HookError, PaymentContext, PaymentHooks,
+        ProtectedRequest, RequestContext,
     },
-    meter::{self, Meter},
+    late::Late,
+    meter::Meter,
     money::AtomicAmount,
     paywall::{DefaultPaywall, Paywall},
     proto::{
-        v2, FacilitatorRequest, JsonObject, PaymentPayload, PaymentRequirements, SettleResponse,
-        SupportedResponse, VerifyResponse, X402Version,
+        v2, FacilitatorRequest, JsonObject, PaymentPayload, PaymentRequirements, SupportedResponse,
+        VerifyResponse, X402Version,
     },
     route::{Offer, PatternError, Pricing, RequestView, Route, SettlementTiming, UPTO},
-    session::{
-        MemorySessionStore, Redemption, SessionRecord, SessionStore, SessionToken, TokenHash,
-        X_PAYMENT_SESSION, X_PAYMENT_SESSION_REMAINING,
-    },
+    session::{MemorySessionStore, Redemption, SessionStore, SessionToken, X_PAYMENT_SESSION},
 };
 
+mod body;
+mod drive;
 mod matching;
+mod paid;
 mod resolve;
 mod response;
 
+pub use self::body::PaidBody;
+pub use self::drive::{Now, Pending, Processing};
+pub use self::paid::{Completion, PaidRequest, Reply};
 pub use self::resolve::OfferError;
 use self::resolve::ResolvedOffer;
 pub use self::response::{handler_failed_response, EngineResponse, Refusal, EXPOSE_HEADERS};
@@ -106,6 +110,9 @@ struct Inner {
     supported: OnceCell<Arc<SupportedResponse>>,
     sessions: Arc<dyn SessionStore>,
     session_deadline: Duration,
+    session_open_deadline: Duration,
+    release_on_hang_up: bool,
+    in_flight: drive::InFlight,
 }
 
 impl fmt::Debug for Engine {
@@ -247,6 +254,8 @@ pub struct EngineBuilder {
     paywall: Arc<dyn Paywall>,
     sessions: Arc<dyn SessionStore>,
     session_deadline: Duration,
+    session_open_deadline: Duration,
+    release_on_hang_up: bool,
     replay_guard: Option<ReplayGuard>,
     origin: Result<Origin, ConfigError>,
 }
@@ -408,6 +417,32 @@ impl EngineBuilder {
         self
     }
 
+    /// How long storing a paid session is retried before the buyer is told
+    /// it was not opened (default 5 s; each attempt is bounded by the
+    /// [`session_deadline`](Self::session_deadline), at least 250 ms). The
+    /// buyer waits for it: it is part of the settlement.
+    pub fn session_open_deadline(mut self, deadline: Duration) -> Self {
+        self.session_open_deadline = deadline;
+        self
+    }
+
+    /// Releases a payment's claim (and gives a session call back) when the
+    /// client hangs up while its handler runs (default `false`: kept).
+    ///
+    /// A client that goes away mid-handler is not charged, but the handler
+    /// may have done its work (an LLM call, a job). If that released the
+    /// claim, one funded authorization could start the handler again and
+    /// again by disconnecting each time, which is what the replay guard
+    /// exists to stop; so by default the claim is kept until the
+    /// authorization expires, and the buyer signs a new one. Release only
+    /// for handlers whose work is worthless unless its response is
+    /// delivered. A request abandoned before its handler started always
+    /// releases its claim.
+    pub fn release_claims_on_hang_up(mut self, release: bool) -> Self {
+        self.release_on_hang_up = release;
+        self
+    }
+
     /// The public origin of the API, `scheme://host[:port]`
     /// (`https://api.example.com`): the challenge's `resource.url`, what the
     /// facilitator is sent and the discovery documents are built from it
@@ -461,6 +496,9 @@ impl EngineBuilder {
                 supported: OnceCell::new(),
                 sessions: self.sessions,
                 session_deadline: self.session_deadline,
+                session_open_deadline: self.session_open_deadline,
+                release_on_hang_up: self.release_on_hang_up,
+                in_flight: drive::InFlight::default(),
             }),
         })
     }
@@ -694,22 +732,12 @@ impl BoundRoute {
         &self.engine
     }
 
-    /// As [`Engine::process_now`], for this route.
-    pub fn process_now(&self, request: RequestView<'_>) -> Option<Immediate> {
-        if !self.admits(&request) {
-            return Some(Immediate::Pass);
-        }
-        self.engine
-            .challenge_now(&self.compiled, &request)
-            .map(Immediate::Respond)
-    }
-
     /// As [`Engine::process`], for this route.
-    pub async fn process(&self, request: RequestView<'_>) -> Decision {
+    pub fn process<'a>(&self, request: RequestView<'a>) -> Processing<'a> {
         if !self.admits(&request) {
-            return Decision::Pass;
+            return Processing::decided(Decision::Pass);
         }
-        self.engine.process_route(&self.compiled, request).await
+        self.engine.process_protected(&self.compiled, request)
     }
 
     /// Whether the route applies to the request's method. A router template
@@ -760,19 +788,11 @@ impl Guard {
         }
     }
 
-    /// As [`Engine::process_now`].
-    pub fn process_now(&self, request: RequestView<'_>) -> Option<Immediate> {
-        match self {
-            Self::Table(engine) => engine.process_now(request),
-            Self::Route(route) => route.process_now(request),
-        }
-    }
-
     /// As [`Engine::process`].
-    pub async fn process(&self, request: RequestView<'_>) -> Decision {
+    pub fn process<'a>(&self, request: RequestView<'a>) -> Processing<'a> {
         match self {
-            Self::Table(engine) => engine.process(request).await,
-            Self::Route(route) => route.process(request).await,
+            Self::Table(engine) => engine.process(request),
+            Self::Route(route) => route.process(request),
         }
     }
 
@@ -787,17 +807,6 @@ impl Guard {
     }
 }
 
-/// A decision [`Engine::process_now`] could make without waiting.
-#[derive(Debug)]
-#[non_exhaustive]
-#[must_use]
-pub enum Immediate {
-    /// No route protects the request: call the handler as usual.
-    Pass,
-    /// Answer with this response (the route's 402 challenge).
-    Respond(EngineResponse),
-}
-
 /// What to do with a request.
 #[derive(Debug)]
 #[must_use]
@@ -808,7 +817,8 @@ pub enum Decision {
     /// Send this response; the handler does not run.
     Respond(EngineResponse),
     /// A verified payment (or a redeemed session call): run the handler, then
-    /// finish with the [`PaidRequest`].
+    /// give its response to [`PaidRequest::finish`]. Routes that settle
+    /// before their handler have settled.
     Paid(Box<PaidRequest>),
 }
 
@@ -1006,6 +1016,8 @@ impl Engine {
             paywall: Arc::new(DefaultPaywall),
             sessions: Arc::new(MemorySessionStore::new()),
             session_deadline: Duration::from_millis(250),
+            session_open_deadline: Duration::from_secs(5),
+            release_on_hang_up: false,
             replay_guard: Some(ReplayGuard::memory()),
             origin: Ok(Origin::Unset),
         }
@@ -1246,48 +1258,6 @@ impl Engine {
         }
     }
 
-    /// Decides a request without waiting, when that is possible: `Pass` for
-    /// a request no route protects, and the ready-made 402 for an unpaid
-    /// request to a route whose challenge is already encoded for its URL,
-    /// when no hook [inspects requests](PaymentHooks::inspects_requests).
-    /// `None` means: call [`process`](Self::process), which decides the
-    /// same way for these requests and handles every other.
-    ///
-    /// Adapters call this first so that the common cases cost no future
-    /// and no clone of the inner service.
-    ///
-    /// ```
-    /// use http::{HeaderMap, Method, Uri};
-    /// use x402_core::{
-    ///     engine::Immediate, facilitator::HttpFacilitator, route::RequestView, Engine, Offer,
-    ///     Route,
-    /// };
-    ///
-    /// let engine = Engine::builder(HttpFacilitator::new("http://127.0.0.1:4022")?)
-    ///     .route(Route::get("/paid").offer(Offer::exact(
-    ///         "eip155:84532",
-    ///         "$0.01",
-    ///         "0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
-    ///     )))
-    ///     .build()?;
-    /// let (get, headers) = (Method::GET, HeaderMap::new());
-    /// let free: Uri = "/free".parse()?;
-    /// assert!(matches!(
-    ///     engine.process_now(RequestView::new(&get, &free, &headers)),
-    ///     Some(Immediate::Pass)
-    /// ));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn process_now(&self, request: RequestView<'_>) -> Option<Immediate> {
-        match self.lookup(&request) {
-            Lookup::Free => Some(Immediate::Pass),
-            Lookup::Ambiguous(compiled) => Some(Immediate::Respond(ambiguous(compiled))),
-            Lookup::Protected(compiled) => self
-                .challenge_now(compiled, &request)
-                .map(Immediate::Respond),
-        }
-    }
-
     /// The ready-made 402 for `request`, when no hook needs to see it first
     /// and the route's static offers are resolved.
     fn challenge_now(
@@ -1308,24 +1278,67 @@ impl Engine {
     /// Decides what to do with a request: pass it through, answer it (402,
     /// 400 for an [ambiguous path](crate::boundary), 502, 503, ...), or let
     /// the handler run for a verified payment or a redeemed session call.
-    pub async fn process(&self, request: RequestView<'_>) -> Decision {
+    ///
+    /// The route is matched here, once. Await the [`Processing`] for the
+    /// [`Decision`], or ask it [`now`](Processing::now): a request no route
+    /// protects, and an unpaid request to a route whose challenge is
+    /// encoded already (when no hook
+    /// [inspects requests](PaymentHooks::inspects_requests)), are decided
+    /// without a future.
+    ///
+    /// ```
+    /// use http::{HeaderMap, Method, Uri};
+    /// use x402_core::{
+    ///     engine::{Decision, Now}, facilitator::HttpFacilitator, route::RequestView, Engine,
+    ///     Offer, Route,
+    /// };
+    ///
+    /// let engine = Engine::builder(HttpFacilitator::new("http://127.0.0.1:4022")?)
+    ///     .route(Route::get("/paid").offer(Offer::exact(
+    ///         "eip155:84532",
+    ///         "$0.01",
+    ///         "0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
+    ///     )))
+    ///     .build()?;
+    /// let (get, headers) = (Method::GET, HeaderMap::new());
+    /// let free: Uri = "/free".parse()?;
+    /// assert!(matches!(
+    ///     engine.process(RequestView::new(&get, &free, &headers)).now(),
+    ///     Now::Decided(Decision::Pass)
+    /// ));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn process<'a>(&self, request: RequestView<'a>) -> Processing<'a> {
         match self.lookup(&request) {
-            Lookup::Free => Decision::Pass,
-            Lookup::Ambiguous(compiled) => Decision::Respond(ambiguous(compiled)),
-            Lookup::Protected(compiled) => self.process_route(compiled, request).await,
+            Lookup::Free => Processing::decided(Decision::Pass),
+            Lookup::Ambiguous(compiled) => {
+                Processing::decided(Decision::Respond(ambiguous(compiled)))
+            }
+            Lookup::Protected(compiled) => self.process_protected(compiled, request),
         }
     }
 
     /// [`process`](Self::process) for a request known to fall under
     /// `compiled`.
+    fn process_protected<'a>(
+        &self,
+        compiled: &Arc<CompiledRoute>,
+        request: RequestView<'a>,
+    ) -> Processing<'a> {
+        match self.challenge_now(compiled, &request) {
+            Some(response) => Processing::decided(Decision::Respond(response)),
+            None => Processing::pending(self, compiled, request),
+        }
+    }
+
+    /// The waiting part of [`process`](Self::process), for a request to
+    /// `compiled` that [`challenge_now`](Self::challenge_now) could not
+    /// answer.
     async fn process_route(
         &self,
         compiled: &Arc<CompiledRoute>,
         request: RequestView<'_>,
     ) -> Decision {
-        if let Some(response) = self.challenge_now(compiled, &request) {
-            return Decision::Respond(response);
-        }
         let route = &compiled.route;
 
         let ctx = RequestContext {
@@ -1558,13 +1571,23 @@ impl Engine {
         }
 
         let claim_span = tracing::info_span!("x402.claim", network = %network, scheme, payer = verdict.payer.as_deref());
+        // Hooks that accepted the payment (a claim) are told if the client
+        // goes away before the handler can start.
+        let mut accepted = Accepted {
+            engine: self,
+            ctx: &pctx,
+            count: 0,
+        };
         for (i, hook) in self.inner.hooks.iter().enumerate() {
             let outcome = hook
                 .after_verify(&pctx, &verdict)
                 .instrument(claim_span.clone())
                 .await;
             let refusal = match outcome {
-                Ok(AfterVerify::Continue) => continue,
+                Ok(AfterVerify::Continue) => {
+                    accepted.count = i + 1;
+                    continue;
+                }
                 Ok(AfterVerify::Abort { reason }) => Refusal::Aborted(reason),
                 Err(e) => {
                     log_hook_error(&e);
@@ -1578,9 +1601,12 @@ impl Engine {
                     .on_payment_canceled(&pctx, CancelReason::Refused)
                     .await;
             }
+            accepted.count = 0;
             return refuse(refusal, Some(version), verdict.payer.as_deref());
         }
 
+        accepted.count = 0;
+        drop(accepted);
         let upto = offer.requirements.scheme == UPTO;
         let meter = upto.then(|| Meter::new(offer.requirements.amount));
         let payment = VerifiedPayment {
@@ -1608,7 +1634,7 @@ impl Engine {
             route: compiled.clone(),
             payment,
             finished: false,
-            kind: Kind::Payment(Box::new(PaymentState {
+            kind: paid::Kind::Payment(Box::new(paid::PaymentState {
                 request: request_body,
                 network,
                 timing,
@@ -1635,38 +1661,49 @@ impl Engine {
         let hash = token.hash();
         let store = self.inner.sessions.clone();
         let (scope_owned, now) = (scope.to_owned(), unix_now());
-        // Boxed rather than spawned: a task only when the store is late.
-        let mut task: crate::route::BoxFuture<'static, _> =
-            Box::pin(async move { store.redeem(&hash, &scope_owned, now).await });
-        let remaining = match tokio::time::timeout(self.inner.session_deadline, &mut task).await {
-            Ok(Ok(Redemption::Redeemed { remaining })) => {
+        // A redemption is a write: if this request stops waiting for it (the
+        // deadline passed, or the client hung up), one that lands late is
+        // given back, since its request was refused.
+        let give_back = {
+            let store = self.inner.sessions.clone();
+            move |answer| async move {
+                if let Ok(Redemption::Redeemed { .. }) = answer {
+                    if let Err(e) = store.give_back(&hash).await {
+                        tracing::error!(error = %e, "x402: could not give back a late session redemption");
+                    }
+                }
+            }
+        };
+        let mut call = Late::new(
+            "session redemption",
+            async move { store.redeem(&hash, &scope_owned, now).await },
+            give_back,
+        );
+        let answer = call.answer(self.inner.session_deadline).await;
+        drop(call);
+        let remaining = match answer {
+            Some(Ok(Redemption::Redeemed { remaining })) => {
                 crate::metrics::session_redeemed();
                 remaining
             }
-            Ok(Ok(Redemption::Unknown)) => return Err(Refusal::Invalid("session_unknown".into())),
-            Ok(Ok(Redemption::Expired)) => return Err(Refusal::Invalid("session_expired".into())),
-            Ok(Ok(Redemption::Exhausted)) => {
+            Some(Ok(Redemption::Unknown)) => {
+                return Err(Refusal::Invalid("session_unknown".into()))
+            }
+            Some(Ok(Redemption::Expired)) => {
+                return Err(Refusal::Invalid("session_expired".into()))
+            }
+            Some(Ok(Redemption::Exhausted)) => {
                 return Err(Refusal::Invalid("session_exhausted".into()))
             }
-            Ok(Ok(Redemption::OutOfScope)) => {
+            Some(Ok(Redemption::OutOfScope)) => {
                 return Err(Refusal::Invalid("session_out_of_scope".into()))
             }
-            Ok(Err(e)) => {
+            Some(Err(e)) => {
                 tracing::error!(error = %e, "x402: session store failed");
                 return Err(session_unavailable());
             }
-            Err(_) => {
+            None => {
                 tracing::error!("x402: session store missed its deadline");
-                // The request is refused, so a redemption that lands late is
-                // given back.
-                let store = self.inner.sessions.clone();
-                tokio::spawn(async move {
-                    if let Ok(Redemption::Redeemed { .. }) = task.await {
-                        if let Err(e) = store.give_back(&hash).await {
-                            tracing::error!(error = %e, "x402: could not give back a late session redemption");
-                        }
-                    }
-                });
                 return Err(session_unavailable());
             }
         };
@@ -1697,7 +1734,7 @@ impl Engine {
             route: compiled.clone(),
             payment,
             finished: false,
-            kind: Kind::Session {
+            kind: paid::Kind::Session {
                 token: hash,
                 remaining,
             },
@@ -1749,6 +1786,46 @@ impl Engine {
                 Err(Refusal::FacilitatorUnavailable)
             }
         }
+    }
+}
+
+/// The after-verify hooks that accepted a payment (the first `count`), told
+/// [`CancelReason::ClientGone`] if the request is dropped before its
+/// handler could start: a claim made for a client that went away is
+/// released.
+struct Accepted<'a> {
+    engine: &'a Engine,
+    ctx: &'a PaymentContext<'a>,
+    count: usize,
+}
+
+impl Drop for Accepted<'_> {
+    fn drop(&mut self) {
+        let Some(hooks) = self.engine.inner.hooks.get(..self.count) else {
+            return;
+        };
+        if hooks.is_empty() {
+            return;
+        }
+        let hooks = hooks.to_vec();
+        let (route, payload, requirements, network) = (
+            self.ctx.route.to_owned(),
+            self.ctx.payload.clone(),
+            self.ctx.requirements.clone(),
+            self.ctx.network.to_owned(),
+        );
+        self.engine.spawn_tracked(async move {
+            let ctx = PaymentContext {
+                route: &route,
+                payload: &payload,
+                requirements: &requirements,
+                network: &network,
+            };
+            for hook in hooks {
+                hook.on_payment_canceled(&ctx, CancelReason::ClientGone { keep_claim: false })
+                    .await;
+            }
+        });
     }
 }
 
@@ -1810,479 +1887,6 @@ fn hook_error_refusal(e: &HookError) -> Refusal {
 fn hook_error_response(e: &HookError) -> EngineResponse {
     log_hook_error(e);
     response::refusal_response(&hook_error_refusal(e), None, None, None)
-}
-
-/// A verified payment (or a redeemed session call) whose handler is about to
-/// run. Finish it with [`complete`](Self::complete) (settlement after the
-/// handler) or [`settle`](Self::settle) (settlement before it), or
-/// [`abort`](Self::abort) if the handler could not produce a response.
-///
-/// Dropping it unfinished counts as an aborted handler: hooks are told, so a
-/// replay claim is released, and a session call is given back.
-pub struct PaidRequest {
-    engine: Engine,
-    route: Arc<CompiledRoute>,
-    payment: VerifiedPayment,
-    finished: bool,
-    kind: Kind,
-}
-
-enum Kind {
-    Payment(Box<PaymentState>),
-    Session { token: TokenHash, remaining: u64 },
-}
-
-struct PaymentState {
-    request: FacilitatorRequest,
-    network: String,
-    timing: SettlementTiming,
-    resource: v2::ResourceInfo,
-    resolved: Arc<Resolved>,
-    /// The route's extensions enriched for this request (bazaar routes).
-    extensions: Option<JsonObject>,
-    decimals: u8,
-    meter: Option<Meter>,
-    session: Option<usize>,
-}
-
-impl fmt::Debug for PaidRequest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PaidRequest")
-            .field("payment", &self.payment)
-            .field("timing", &self.timing())
-            .finish_non_exhaustive()
-    }
-}
-
-/// What to send after the handler ran.
-#[derive(Debug)]
-#[must_use]
-pub enum Completion {
-    /// Send the handler's response, with the headers as the engine left them
-    /// (the receipt added).
-    Deliver,
-    /// Withhold the handler's response and send this instead.
-    Replace(EngineResponse),
-}
-
-/// A payment settled before its handler ran. Add its headers to whatever the
-/// handler answers with [`finish`](Self::finish).
-#[derive(Debug)]
-pub struct Settled {
-    headers: HeaderMap,
-}
-
-impl Settled {
-    /// Adds the receipt and expose headers to the handler's response.
-    pub fn finish(self, headers: &mut HeaderMap) {
-        response::expose(headers);
-        headers.extend(self.headers);
-    }
-}
-
-impl PaidRequest {
-    /// The verified payment (put it in the request's extensions).
-    pub fn payment(&self) -> &VerifiedPayment {
-        &self.payment
-    }
-
-    /// When this request settles.
-    pub fn timing(&self) -> SettlementTiming {
-        match &self.kind {
-            Kind::Payment(p) => p.timing,
-            Kind::Session { .. } => SettlementTiming::AfterHandler,
-        }
-    }
-
-    fn context<'a>(&'a self, state: &'a PaymentState) -> PaymentContext<'a> {
-        PaymentContext {
-            route: self.route.route.pattern(),
-            payload: &state.request.payment_payload,
-            requirements: &state.request.payment_requirements,
-            network: &state.network,
-        }
-    }
-
-    fn refusal(&self, state: &PaymentState, refusal: &Refusal) -> EngineResponse {
-        crate::metrics::refusal(self.route.route.pattern(), refusal);
-        let mut parts = self
-            .engine
-            .parts(&self.route.route, &state.resource, &state.resolved);
-        if let Some(extensions) = &state.extensions {
-            parts.extensions = extensions;
-        }
-        response::refusal_response(
-            refusal,
-            Some(&parts),
-            Some(self.payment.version),
-            self.payment.payer.as_deref(),
-        )
-    }
-
-    /// Finishes a payment after its handler answered with `status`; `headers`
-    /// are the handler's response headers, to which the receipt is added.
-    ///
-    /// A status of 400 or more is never charged: the handler's response is
-    /// delivered unchanged and the payment is released (a session call is
-    /// given back). Otherwise the payment is settled (for `upto`, for what the
-    /// handler reported); if settlement is refused or its outcome is unknown,
-    /// the handler's response is replaced. `Settlement-Overrides` is always
-    /// removed from `headers`.
-    pub async fn complete(mut self, status: StatusCode, headers: &mut HeaderMap) -> Completion {
-        let overrides = headers.remove(meter::SETTLEMENT_OVERRIDES);
-        if status.is_client_error() || status.is_server_error() {
-            self.cancel(CancelReason::HandlerFailed(status)).await;
-            return Completion::Deliver;
-        }
-        let state = match &self.kind {
-            Kind::Session { remaining, .. } => {
-                self.finished = true;
-                response::expose(headers);
-                if let Ok(v) = HeaderValue::try_from(remaining.to_string()) {
-                    headers.insert(X_PAYMENT_SESSION_REMAINING, v);
-                }
-                return Completion::Deliver;
-            }
-            Kind::Payment(state) => state,
-        };
-        let charge = match &state.meter {
-            None => {
-                if overrides.is_some() {
-                    tracing::warn!("x402: Settlement-Overrides on an exact route is ignored");
-                }
-                None
-            }
-            Some(meter) => match self.charge(state, meter, overrides.as_ref()) {
-                Ok(charge) => Some(charge),
-                Err(()) => {
-                    self.cancel(CancelReason::HandlerAborted).await;
-                    return Completion::Replace(response::invalid_override_response());
-                }
-            },
-        };
-        // Boxed: its state is large, and session calls never get here.
-        match Box::pin(self.settle_inner(charge)).await {
-            Ok(receipt_headers) => {
-                response::expose(headers);
-                headers.extend(receipt_headers);
-                Completion::Deliver
-            }
-            Err(response) => Completion::Replace(response),
-        }
-    }
-
-    /// The `upto` charge: the override header, else the meter, else the
-    /// ceiling; capped at the ceiling. `Err` for a malformed override.
-    fn charge(
-        &self,
-        state: &PaymentState,
-        meter: &Meter,
-        overrides: Option<&HeaderValue>,
-    ) -> Result<AtomicAmount, ()> {
-        let ceiling = meter.ceiling();
-        let reported = match overrides {
-            Some(value) => {
-                let parsed = value.to_str().map_err(|_| ()).and_then(|v| {
-                    meter::parse_override(v, ceiling, state.decimals).map_err(|_| ())
-                });
-                match parsed {
-                    Ok(a) => a,
-                    Err(()) => {
-                        tracing::error!(
-                            route = %self.payment.route,
-                            "x402: malformed Settlement-Overrides; charging nothing and answering 500"
-                        );
-                        return Err(());
-                    }
-                }
-            }
-            None => match meter.reported() {
-                Some(a) => a,
-                None => {
-                    tracing::debug!(route = %self.payment.route, "x402: upto handler reported no usage; charging the ceiling");
-                    ceiling
-                }
-            },
-        };
-        if reported > ceiling {
-            tracing::warn!(
-                route = %self.payment.route,
-                reported = %reported,
-                ceiling = %ceiling,
-                "x402: upto usage above the ceiling; charging the ceiling"
-            );
-            return Ok(ceiling);
-        }
-        Ok(reported)
-    }
-
-    /// Settles now, before the handler runs (routes with
-    /// [`SettlementTiming::BeforeHandler`]). On `Err`, send that response and
-    /// do not run the handler.
-    pub async fn settle(mut self) -> Result<Settled, EngineResponse> {
-        if let Kind::Session { .. } = self.kind {
-            self.finished = true;
-            return Ok(Settled {
-                headers: HeaderMap::new(),
-            });
-        }
-        Box::pin(self.settle_inner(None))
-            .await
-            .map(|headers| Settled { headers })
-    }
-
-    /// The handler failed without a response (its body errored, or the
-    /// request was dropped). Nothing is settled and hooks are told.
-    pub async fn abort(mut self) {
-        self.cancel(CancelReason::HandlerAborted).await;
-    }
-
-    async fn cancel(&mut self, reason: CancelReason) {
-        self.finished = true;
-        match &self.kind {
-            Kind::Session { token, .. } => {
-                if let Err(e) = self.engine.inner.sessions.give_back(token).await {
-                    tracing::error!(error = %e, "x402: could not give a failed session call back");
-                }
-            }
-            Kind::Payment(state) => {
-                let ctx = self.context(state);
-                for hook in &self.engine.inner.hooks {
-                    hook.on_payment_canceled(&ctx, reason).await;
-                }
-            }
-        }
-    }
-
-    async fn settle_inner(
-        &mut self,
-        charge: Option<AtomicAmount>,
-    ) -> Result<HeaderMap, EngineResponse> {
-        // From here on the payment is never released: a settlement attempt
-        // may have moved money.
-        self.finished = true;
-        let Kind::Payment(state) = &self.kind else {
-            return Ok(HeaderMap::new());
-        };
-        let mut settle_request = state.request.clone();
-        if let Some(charge) = charge {
-            settle_request.payment_requirements =
-                settle_request.payment_requirements.with_amount(charge);
-        }
-        let ctx = PaymentContext {
-            requirements: &settle_request.payment_requirements,
-            ..self.context(state)
-        };
-        let hooks = &self.engine.inner.hooks;
-        let failure = |reason: String| SettleResponse {
-            payer: self.payment.payer.clone(),
-            ..SettleResponse::failure(settle_request.payment_requirements.network(), reason)
-        };
-        for hook in hooks {
-            match hook.before_settle(&ctx).await {
-                Ok(BeforeSettle::Continue) => {}
-                Ok(BeforeSettle::Abort { reason }) => {
-                    return Err(
-                        self.refusal(state, &Refusal::SettlementFailed(Box::new(failure(reason))))
-                    );
-                }
-                Err(e) => {
-                    log_hook_error(&e);
-                    return Err(self.refusal(
-                        state,
-                        &Refusal::SettlementFailed(Box::new(failure(
-                            "before_settle_hook_error".into(),
-                        ))),
-                    ));
-                }
-            }
-        }
-        let result = if charge.is_some_and(AtomicAmount::is_zero) {
-            // Nothing to charge: no facilitator call, no transaction.
-            Ok(SettleResponse {
-                success: true,
-                transaction: String::new(),
-                network: settle_request.payment_requirements.network().to_owned(),
-                amount: Some(AtomicAmount::ZERO),
-                ..SettleResponse::default()
-            })
-        } else {
-            let span = tracing::info_span!(
-                "x402.settle",
-                network = %state.network,
-                scheme = %settle_request.payment_requirements.scheme(),
-                payer = self.payment.payer.as_deref(),
-            );
-            let timer = crate::metrics::FacilitatorTimer::start();
-            let answer = self
-                .engine
-                .inner
-                .facilitator
-                .settle(&settle_request)
-                .instrument(span)
-                .await;
-            timer.done("settle");
-            match answer {
-                Ok(r) => Ok(r),
-                Err(error) => {
-                    let mut recovered = None;
-                    for hook in hooks {
-                        if let Some(r) = hook.on_settle_failure(&ctx, &error).await {
-                            recovered = Some(r);
-                            break;
-                        }
-                    }
-                    recovered.ok_or(error)
-                }
-            }
-        };
-        let mut receipt = match result {
-            Ok(r) => r,
-            Err(error) => {
-                crate::metrics::settlement(
-                    None,
-                    &state.network,
-                    &self.payment.asset,
-                    AtomicAmount::ZERO,
-                );
-                tracing::error!(
-                    error = %error,
-                    network = %state.network,
-                    payer = ?self.payment.payer,
-                    "x402: settlement outcome unknown; the response is withheld and the payment stays claimed"
-                );
-                return Err(self.refusal(state, &Refusal::SettlementUnknown));
-            }
-        };
-        if receipt.payer.is_none() {
-            receipt.payer = self.payment.payer.clone();
-        }
-        if receipt.network.is_empty() {
-            receipt.network = settle_request.payment_requirements.network().to_owned();
-        }
-        if receipt.success && receipt.amount.is_none() && charge.is_some() {
-            receipt.amount = charge;
-        }
-        crate::metrics::settlement(
-            Some(&receipt),
-            &state.network,
-            &self.payment.asset,
-            settle_request.payment_requirements.amount(),
-        );
-        for hook in hooks {
-            hook.after_settle(&ctx, &receipt).await;
-        }
-        if !receipt.success {
-            if receipt.error_reason.is_none() {
-                receipt.error_reason = Some("settlement_failed".to_owned());
-            }
-            tracing::warn!(reason = ?receipt.error_reason, network = %state.network, "x402: settlement refused");
-            return Err(self.refusal(state, &Refusal::SettlementFailed(Box::new(receipt))));
-        }
-        let mut headers = HeaderMap::new();
-        if let Some((name, value)) = response::receipt_header(&receipt, self.payment.version) {
-            headers.insert(name, value);
-        }
-        if let Some(offer) = state.session.and_then(|i| state.resolved.sessions.get(i)) {
-            self.open_session(&ctx, offer, &receipt, &mut headers).await;
-        }
-        Ok(headers)
-    }
-
-    /// Opens the session a settled payment bought, adding its token and count
-    /// to the response. The opening call counts as the first.
-    async fn open_session(
-        &self,
-        ctx: &PaymentContext<'_>,
-        offer: &ResolvedSession,
-        receipt: &SettleResponse,
-        headers: &mut HeaderMap,
-    ) {
-        let token = SessionToken::generate();
-        let remaining = offer.calls.saturating_sub(1);
-        let expires_at = unix_now().saturating_add(offer.ttl.as_secs());
-        let record = SessionRecord {
-            scope: offer.scope.clone(),
-            remaining,
-            expires_at,
-        };
-        let opened = tokio::time::timeout(
-            self.engine
-                .inner
-                .session_deadline
-                .max(Duration::from_secs(2)),
-            self.engine.inner.sessions.open(&token.hash(), record),
-        )
-        .await;
-        match opened {
-            Ok(Ok(())) => crate::metrics::session_opened(),
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "x402: a paid session could not be stored; the buyer got this call only");
-                return;
-            }
-            Err(_) => {
-                tracing::error!(
-                    "x402: storing a paid session timed out; the buyer got this call only"
-                );
-                return;
-            }
-        }
-        if let (Ok(t), Ok(r)) = (
-            HeaderValue::try_from(token.expose()),
-            HeaderValue::try_from(remaining.to_string()),
-        ) {
-            headers.insert(X_PAYMENT_SESSION, t);
-            headers.insert(X_PAYMENT_SESSION_REMAINING, r);
-        }
-        let info = SessionOpened {
-            offer_id: offer.id.clone(),
-            calls: offer.calls,
-            remaining,
-            expires_at,
-            scope: offer.scope.clone(),
-        };
-        for hook in &self.engine.inner.hooks {
-            hook.on_session_opened(ctx, receipt, &info).await;
-        }
-    }
-}
-
-impl Drop for PaidRequest {
-    fn drop(&mut self) {
-        if self.finished {
-            return;
-        }
-        let needs_telling = match &self.kind {
-            Kind::Session { .. } => true,
-            Kind::Payment(_) => !self.engine.inner.hooks.is_empty(),
-        };
-        if !needs_telling {
-            return;
-        }
-        // Dropped before the handler finished (client went away, handler
-        // panicked): tell the hooks, off this thread since Drop cannot wait.
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!("x402: paid request dropped outside a Tokio runtime; hooks not told");
-            return;
-        };
-        // Marked finished: if the runtime drops the task unpolled (it is
-        // shutting down), this copy must not spawn again from its own Drop.
-        let rest = PaidRequest {
-            engine: self.engine.clone(),
-            route: self.route.clone(),
-            payment: self.payment.clone(),
-            finished: true,
-            kind: std::mem::replace(
-                &mut self.kind,
-                Kind::Session {
-                    token: TokenHash([0; 32]),
-                    remaining: 0,
-                },
-            ),
-        };
-        self.finished = true;
-        handle.spawn(rest.abort());
-    }
 }
 
 #[cfg(test)]

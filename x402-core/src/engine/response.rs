@@ -17,7 +17,7 @@ pub type EngineResponse = Response<Bytes>;
 /// `Access-Control-Expose-Headers` value on every engine response, so browser
 /// clients can read the payment headers cross-origin.
 pub const EXPOSE_HEADERS: HeaderValue = HeaderValue::from_static(
-    "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-PAYMENT-RESPONSE, X-PAYMENT-SESSION, X-PAYMENT-SESSION-REMAINING",
+    "PAYMENT-REQUIRED, PAYMENT-RESPONSE, X-PAYMENT-RESPONSE, X-PAYMENT-SESSION, X-PAYMENT-SESSION-REMAINING, X-PAYMENT-SESSION-ERROR",
 );
 
 /// Why the engine refused to serve a protected request, with the status and

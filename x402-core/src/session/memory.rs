@@ -10,8 +10,10 @@ use crate::unix::now as unix_now;
 
 /// Sessions in this process's memory: the default store.
 ///
-/// It serves one process only: behind a load balancer each instance would
-/// know only the sessions it sold. Share a store between instances instead
+/// It serves one process only, and **loses every session when the process
+/// restarts**: buyers who paid for calls they have not made yet lose them.
+/// Behind a load balancer each instance would know only the sessions it
+/// sold. Use a durable store shared by every instance in production
 /// (`RedisSessionStore`, feature `redis`).
 ///
 /// Cloning is cheap and shares the sessions. Redemption is atomic (one lock
@@ -102,6 +104,11 @@ impl SessionStore for MemorySessionStore {
 
     async fn give_back(&self, token: &TokenHash) -> Result<(), SessionStoreError> {
         self.lock().give_back(token, unix_now());
+        Ok(())
+    }
+
+    async fn close(&self, token: &TokenHash) -> Result<(), SessionStoreError> {
+        self.lock().map.remove(token);
         Ok(())
     }
 }

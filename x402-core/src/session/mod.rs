@@ -33,6 +33,11 @@ pub const X_PAYMENT_SESSION: HeaderName = HeaderName::from_static("x-payment-ses
 /// `X-PAYMENT-SESSION-REMAINING`: calls left, on every session response.
 pub const X_PAYMENT_SESSION_REMAINING: HeaderName =
     HeaderName::from_static("x-payment-session-remaining");
+/// `X-PAYMENT-SESSION-ERROR`: on a paid response whose session could not be
+/// opened (`session_open_failed`): the call was served and paid for, and the
+/// buyer holds no token. The seller is told (a `session.open_failed`
+/// webhook event) and must make it good.
+pub const X_PAYMENT_SESSION_ERROR: HeaderName = HeaderName::from_static("x-payment-session-error");
 
 /// A session token: 256 random bits, written as 64 lowercase hex digits.
 /// Its `Debug` output never shows it.
@@ -139,6 +144,15 @@ pub trait SessionStore: Send + Sync + 'static {
     /// Gives one call back (its handler failed). Never raises the count above
     /// what was sold; a session that expired meanwhile stays expired.
     async fn give_back(&self, token: &TokenHash) -> Result<(), SessionStoreError>;
+
+    /// Deletes a session. The engine calls it when storing a paid session
+    /// failed and the buyer was told so: an [`open`](Self::open) that timed
+    /// out may still land, and nobody holds its token. The default does
+    /// nothing (such a record cannot be redeemed, and goes at its expiry).
+    async fn close(&self, token: &TokenHash) -> Result<(), SessionStoreError> {
+        let _ = token;
+        Ok(())
+    }
 }
 
 /// A session store could not answer.

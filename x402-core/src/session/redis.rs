@@ -378,6 +378,14 @@ impl SessionStore for RedisSessionStore {
     async fn give_back(&self, token: &TokenHash) -> Result<(), SessionStoreError> {
         give_back_key(&mut self.connection.clone(), &self.key(token)).await
     }
+
+    async fn close(&self, token: &TokenHash) -> Result<(), SessionStoreError> {
+        ::redis::cmd("DEL")
+            .arg(self.key(token))
+            .query_async::<()>(&mut self.connection.clone())
+            .await
+            .map_err(backend)
+    }
 }
 
 #[cfg(test)]

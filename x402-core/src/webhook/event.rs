@@ -36,6 +36,11 @@ pub enum EventType {
     PaymentSettlementUnknown,
     /// `session.opened`: a prepaid session was bought and settled.
     SessionOpened,
+    /// `session.open_failed`: a prepaid session was paid for (the payment
+    /// settled, the opening call was served) but could not be stored; the
+    /// buyer holds no token. Make it good (refund, or credit the payer).
+    /// A copy is also kept among the dead letters.
+    SessionOpenFailed,
     /// A type this version does not know (received by a verifier).
     Other(String),
 }
@@ -48,6 +53,7 @@ impl EventType {
             Self::PaymentSettlementFailed => "payment.settlement_failed",
             Self::PaymentSettlementUnknown => "payment.settlement_unknown",
             Self::SessionOpened => "session.opened",
+            Self::SessionOpenFailed => "session.open_failed",
             Self::Other(s) => s,
         }
     }
@@ -68,6 +74,7 @@ impl FromStr for EventType {
             "payment.settlement_failed" => Self::PaymentSettlementFailed,
             "payment.settlement_unknown" => Self::PaymentSettlementUnknown,
             "session.opened" => Self::SessionOpened,
+            "session.open_failed" => Self::SessionOpenFailed,
             other => Self::Other(other.to_owned()),
         })
     }

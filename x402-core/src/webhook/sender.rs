@@ -14,7 +14,7 @@ use super::{
 };
 use crate::{
     facilitator::FacilitatorError,
-    hooks::{PaymentContext, PaymentHooks, SessionOpened},
+    hooks::{PaymentContext, PaymentHooks, SessionOpenFailed, SessionOpened},
     proto::SettleResponse,
 };
 
@@ -511,6 +511,38 @@ pub struct WebhookHooks {
 }
 
 impl WebhookHooks {
+    /// Records `event` as a dead letter (a separate copy, with its own id),
+    /// listed by [`Webhooks::dead_letters`] until the seller acts on it.
+    async fn keep_for_seller(&self, event: &WebhookEvent) {
+        let copy = WebhookEvent::new(event.event_type.clone(), event.data.clone());
+        let body = match copy.to_body() {
+            Ok(body) => String::from_utf8_lossy(&body).into_owned(),
+            Err(error) => {
+                tracing::error!(%error, "x402 webhooks: a dead letter could not be written");
+                return;
+            }
+        };
+        let letter = DeadLetter {
+            message: OutboxMessage::new(copy.id.clone(), copy.event_type.as_str(), body),
+            last_error: format!(
+                "not a delivery failure: {} (event {}) needs the seller",
+                copy.event_type, event.id
+            ),
+            failed_at: rfc3339_now(),
+        };
+        let outbox = self.webhooks.outbox();
+        let deadline = self.webhooks.inner.enqueue_timeout;
+        match tokio::time::timeout(deadline, outbox.bury(letter)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::error!(id = %copy.id, %error, "x402 webhooks: a dead letter could not be stored");
+            }
+            Err(_) => {
+                tracing::error!(id = %copy.id, "x402 webhooks: storing a dead letter timed out");
+            }
+        }
+    }
+
     async fn emit(&self, event: WebhookEvent) {
         let event_type = event.event_type.clone();
         if let Err(error) = self.webhooks.enqueue(&event).await {
@@ -579,5 +611,26 @@ impl PaymentHooks for WebhookHooks {
             .insert("scope".into(), session.scope.clone().into());
         self.emit(WebhookEvent::new(EventType::SessionOpened, data))
             .await;
+    }
+
+    async fn on_session_open_failed(
+        &self,
+        ctx: &PaymentContext<'_>,
+        receipt: &SettleResponse,
+        failure: &SessionOpenFailed,
+    ) {
+        let mut data = EventData::from_context(ctx, Some(receipt));
+        data.error_reason = Some("session_open_failed".to_owned());
+        data.extra
+            .insert("sessionOffer".into(), failure.offer_id.clone().into());
+        data.extra.insert("calls".into(), failure.calls.into());
+        data.extra
+            .insert("scope".into(), failure.scope.clone().into());
+        data.extra.insert("attempts".into(), failure.attempts.into());
+        let event = WebhookEvent::new(EventType::SessionOpenFailed, data);
+        // Kept among the dead letters too, where it waits for the seller
+        // whether or not the event is delivered.
+        self.keep_for_seller(&event).await;
+        self.emit(event).await;
     }
 }

@@ -1,3 +1,5 @@
+//! The body of a response the engine had a hand in.
+
 use std::{
     pin::Pin,
     task::{Context, Poll},
@@ -8,10 +10,11 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 pin_project! {
-    /// The response body of [`Paywall`](crate::Paywall): the inner service's
-    /// body streamed as it is, or a complete body (an engine response, or a
-    /// handler body held until settlement).
-    pub struct PaywallBody<B> {
+    /// The body of a response to a request the engine handled: the
+    /// handler's body streamed as it is, or a complete body (an engine
+    /// response, or a paid handler's body held until its payment settled).
+    /// Its data is [`Bytes`] whatever the handler's body's is.
+    pub struct PaidBody<B> {
         #[pin]
         kind: Kind<B>,
     }
@@ -25,8 +28,8 @@ pin_project! {
     }
 }
 
-impl<B> PaywallBody<B> {
-    /// The inner service's body, streamed.
+impl<B> PaidBody<B> {
+    /// The handler's body, streamed.
     pub fn stream(body: B) -> Self {
         Self {
             kind: Kind::Stream { body },
@@ -43,19 +46,30 @@ impl<B> PaywallBody<B> {
     }
 }
 
-impl<B> std::fmt::Debug for PaywallBody<B> {
+impl<B> PaidBody<B> {
+    /// The handler's body, if it is streamed (`Ok`), else the complete data
+    /// (`Err`): for adapters whose framework has its own body type.
+    pub fn into_inner(self) -> Result<B, Bytes> {
+        match self.kind {
+            Kind::Stream { body } => Ok(body),
+            Kind::Full { data } => Err(data.unwrap_or_default()),
+        }
+    }
+}
+
+impl<B> std::fmt::Debug for PaidBody<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.kind {
-            Kind::Stream { .. } => f.write_str("PaywallBody::Stream"),
+            Kind::Stream { .. } => f.write_str("PaidBody::Stream"),
             Kind::Full { data } => f
-                .debug_struct("PaywallBody::Full")
+                .debug_struct("PaidBody::Full")
                 .field("len", &data.as_ref().map_or(0, Bytes::len))
                 .finish(),
         }
     }
 }
 
-impl<B> Body for PaywallBody<B>
+impl<B> Body for PaidBody<B>
 where
     B: Body,
 {

@@ -1,0 +1,268 @@
+//! Driving a request through the engine: the first, synchronous look
+//! ([`Processing`]), the wait for a verdict ([`Pending`]), and the tasks
+//! that outlive a request (settlements, releases) with [`Engine::drain`].
+
+use std::{
+    fmt,
+    future::{Future, IntoFuture},
+    pin::Pin,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use tokio::sync::Notify;
+
+use super::{CompiledRoute, Decision, Engine};
+use crate::route::{RequestView, SettlementTiming};
+
+/// The engine's first look at a request, from [`Engine::process`] (or
+/// [`BoundRoute::process`](super::BoundRoute::process),
+/// [`Guard::process`](super::Guard::process)). The route is matched once,
+/// here.
+///
+/// Await it for the [`Decision`]. An adapter on a hot path asks
+/// [`now`](Self::now) instead: unprotected requests and ready-made 402s are
+/// decided without a future, and only what must wait (a payment to verify,
+/// a session to redeem, a hook to ask) is left [`Pending`].
+///
+/// ```
+/// use x402_core::engine::{Decision, Now};
+/// use x402_core::{route::RequestView, Engine, Offer, Route};
+/// # use x402_core::facilitator::{Facilitator, FacilitatorError};
+/// # use x402_core::proto::*;
+/// # #[derive(Debug)] struct Nobody;
+/// # #[async_trait::async_trait] impl Facilitator for Nobody {
+/// #   async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
+/// #   async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
+/// #   async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> { Ok(Default::default()) }
+/// # }
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let engine = Engine::builder(Nobody)
+///     .route(Route::get("/report").offer(Offer::exact(
+///         "eip155:84532",
+///         "$0.01",
+///         "0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
+///     )))
+///     .build()?;
+///
+/// let (parts, ()) = http::Request::get("/report").body(())?.into_parts();
+/// let view = RequestView::from_parts(&parts);
+/// let decision = match engine.process(view).now() {
+///     Now::Decided(decision) => decision,
+///     Now::Pending(pending) => pending.decide(view).await,
+/// };
+/// let Decision::Respond(challenge) = decision else { unreachable!() };
+/// assert_eq!(challenge.status(), 402);
+/// # Ok(()) }
+/// ```
+#[must_use = "a request is decided when this is awaited or asked `now`"]
+pub struct Processing<'a> {
+    state: State<'a>,
+}
+
+enum State<'a> {
+    Decided(Decision),
+    Pending(Pending, RequestView<'a>),
+}
+
+impl fmt::Debug for Processing<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.state {
+            State::Decided(decision) => f.debug_tuple("Decided").field(decision).finish(),
+            State::Pending(pending, _) => f.debug_tuple("Pending").field(pending).finish(),
+        }
+    }
+}
+
+/// What [`Processing::now`] knows.
+#[derive(Debug)]
+#[must_use]
+pub enum Now {
+    /// Decided without waiting: pass, or answer (a 402, a 400).
+    Decided(Decision),
+    /// The route is matched; deciding needs the engine to wait.
+    Pending(Pending),
+}
+
+/// A protected request whose decision needs the engine to wait: finish it
+/// with [`decide`](Self::decide), given the same request.
+pub struct Pending {
+    engine: Engine,
+    compiled: Arc<CompiledRoute>,
+}
+
+impl fmt::Debug for Pending {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pending")
+            .field("route", &self.compiled.route.pattern())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Processing<'a> {
+    pub(super) fn decided(decision: Decision) -> Self {
+        Self {
+            state: State::Decided(decision),
+        }
+    }
+
+    pub(super) fn pending(
+        engine: &Engine,
+        compiled: &Arc<CompiledRoute>,
+        request: RequestView<'a>,
+    ) -> Self {
+        Self {
+            state: State::Pending(
+                Pending {
+                    engine: engine.clone(),
+                    compiled: compiled.clone(),
+                },
+                request,
+            ),
+        }
+    }
+
+    /// The decision, if it needs no waiting; else the [`Pending`] rest,
+    /// which owns no part of the request.
+    pub fn now(self) -> Now {
+        match self.state {
+            State::Decided(decision) => Now::Decided(decision),
+            State::Pending(pending, _) => Now::Pending(pending),
+        }
+    }
+}
+
+impl<'a> IntoFuture for Processing<'a> {
+    type Output = Decision;
+    type IntoFuture = Pin<Box<dyn Future<Output = Decision> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        match self.state {
+            State::Decided(decision) => Box::pin(std::future::ready(decision)),
+            State::Pending(pending, request) => Box::pin(pending.decide(request)),
+        }
+    }
+}
+
+impl Pending {
+    /// Decides: asks the hooks, redeems a session or verifies the payment,
+    /// and on routes that settle before their handler, settles. `request`
+    /// must be the request [`Engine::process`] was given.
+    pub async fn decide(self, request: RequestView<'_>) -> Decision {
+        match self.engine.process_route(&self.compiled, request).await {
+            Decision::Paid(mut paid) if paid.timing() == SettlementTiming::BeforeHandler => {
+                match paid.settle_first().await {
+                    Ok(()) => Decision::Paid(paid),
+                    Err(response) => Decision::Respond(response),
+                }
+            }
+            decision => decision,
+        }
+    }
+}
+
+/// The engine's tasks still running (settlements, claim releases).
+#[derive(Debug, Default)]
+pub(super) struct InFlight {
+    count: AtomicUsize,
+    idle: Notify,
+}
+
+/// Counts one task of [`InFlight`] while it lives.
+struct Tracked(Engine);
+
+impl Tracked {
+    fn new(engine: &Engine) -> Self {
+        engine.inner.in_flight.count.fetch_add(1, Ordering::SeqCst);
+        Self(engine.clone())
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        let in_flight = &self.0.inner.in_flight;
+        if in_flight.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            in_flight.idle.notify_waiters();
+        }
+    }
+}
+
+impl Engine {
+    /// Runs `work` on a task of its own, counted by [`drain`](Self::drain),
+    /// and waits for it: dropping the caller does not stop it. `None` if the
+    /// task failed (panicked, or its runtime shut down). Without a Tokio
+    /// runtime, runs it here.
+    pub(super) async fn run_to_completion<F>(&self, work: F) -> Option<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Some(work.await);
+        };
+        let tracked = Tracked::new(self);
+        runtime
+            .spawn(async move {
+                let _tracked = tracked;
+                work.await
+            })
+            .await
+            .ok()
+    }
+
+    /// Runs `work` on a task of its own, counted by [`drain`](Self::drain),
+    /// without waiting for it.
+    pub(super) fn spawn_tracked(&self, work: impl Future<Output = ()> + Send + 'static) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!("x402: no Tokio runtime to finish a paid request on; hooks not told");
+            return;
+        };
+        let tracked = Tracked::new(self);
+        runtime.spawn(async move {
+            let _tracked = tracked;
+            work.await;
+        });
+    }
+
+    /// How many settlements (and the releases of requests whose client went
+    /// away) are still running.
+    pub fn in_flight(&self) -> usize {
+        self.inner.in_flight.count.load(Ordering::SeqCst)
+    }
+
+    /// Waits until no settlement is in flight, at most `deadline`: call it
+    /// at shutdown, after the server stopped taking requests, so that a
+    /// settlement whose client hung up still records its outcome (hooks,
+    /// webhook event, session). `true` if none is left.
+    ///
+    /// Settlements run on the Tokio runtime that served their request: keep
+    /// it running until this returns.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # async fn run(engine: x402_core::Engine) {
+    /// // axum::serve(listener, app).with_graceful_shutdown(signal).await?;
+    /// if !engine.drain(Duration::from_secs(30)).await {
+    ///     tracing::warn!(left = engine.in_flight(), "settlements still running at exit");
+    /// }
+    /// # }
+    /// ```
+    pub async fn drain(&self, deadline: Duration) -> bool {
+        let until = tokio::time::Instant::now() + deadline;
+        let in_flight = &self.inner.in_flight;
+        loop {
+            let idle = in_flight.idle.notified();
+            let mut idle = std::pin::pin!(idle);
+            idle.as_mut().enable();
+            if in_flight.count.load(Ordering::SeqCst) == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(until, idle).await.is_err() {
+                return in_flight.count.load(Ordering::SeqCst) == 0;
+            }
+        }
+    }
+}

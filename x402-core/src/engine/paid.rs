@@ -1,0 +1,709 @@
+//! After the engine said "paid": the handler's response, settlement, the
+//! receipt, and what happens when the client goes away.
+
+use std::{
+    fmt,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use http_body::Body;
+use http_body_util::BodyExt;
+use tracing::Instrument;
+
+use super::{
+    body::PaidBody, log_hook_error, response, CompiledRoute, Engine, EngineResponse, Refusal,
+    Resolved, ResolvedSession, VerifiedPayment,
+};
+use crate::unix::now as unix_now;
+use crate::{
+    hooks::{BeforeSettle, CancelReason, PaymentContext, SessionOpenFailed, SessionOpened},
+    meter::{self, Meter},
+    money::AtomicAmount,
+    proto::{v2, FacilitatorRequest, JsonObject, SettleResponse},
+    route::SettlementTiming,
+    session::{
+        SessionRecord, SessionToken, TokenHash, X_PAYMENT_SESSION, X_PAYMENT_SESSION_ERROR,
+        X_PAYMENT_SESSION_REMAINING,
+    },
+};
+
+/// A verified payment (or a redeemed session call) whose handler may run
+/// now. Put [`payment`](Self::payment) in the request's extensions, run the
+/// handler, and give its result to [`finish`](Self::finish), which decides
+/// what the client gets: the handler's response with its receipt, or the
+/// engine's answer instead (the settlement was refused, or its outcome is
+/// unknown). Routes that settle before their handler have already settled
+/// (see [`SettlementTiming`]).
+///
+/// Once a settlement starts it runs to completion on a task of its own,
+/// with its hooks, webhook event, metrics and session opening, whether or
+/// not the client is still there; [`Engine::drain`] waits for those in
+/// flight at shutdown.
+///
+/// Dropping it unfinished means the client went away (or the handler
+/// panicked): nothing is settled, hooks are told
+/// ([`CancelReason::ClientGone`]), and by default the replay claim is kept
+/// and a session call is not given back: the handler may have done its
+/// work. [`EngineBuilder::release_claims_on_hang_up`](super::EngineBuilder::release_claims_on_hang_up)
+/// releases them instead.
+pub struct PaidRequest {
+    pub(super) engine: Engine,
+    pub(super) route: Arc<CompiledRoute>,
+    pub(super) payment: VerifiedPayment,
+    pub(super) finished: bool,
+    pub(super) kind: Kind,
+}
+
+pub(super) enum Kind {
+    /// A verified payment, not settled yet.
+    Payment(Box<PaymentState>),
+    /// A redeemed session call.
+    Session { token: TokenHash, remaining: u64 },
+    /// Settled before its handler: the receipt's headers, for the
+    /// handler's response.
+    Settled(HeaderMap),
+    /// Handed to its settlement task.
+    Spent,
+}
+
+pub(super) struct PaymentState {
+    pub(super) request: FacilitatorRequest,
+    pub(super) network: String,
+    pub(super) timing: SettlementTiming,
+    pub(super) resource: v2::ResourceInfo,
+    pub(super) resolved: Arc<Resolved>,
+    /// The route's extensions enriched for this request (bazaar routes).
+    pub(super) extensions: Option<JsonObject>,
+    pub(super) decimals: u8,
+    pub(super) meter: Option<Meter>,
+    pub(super) session: Option<usize>,
+}
+
+impl fmt::Debug for PaidRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PaidRequest")
+            .field("payment", &self.payment)
+            .field("timing", &self.timing())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What to send after the handler ran, from [`PaidRequest::complete`].
+#[derive(Debug)]
+#[must_use]
+pub enum Completion {
+    /// Send the handler's response, with the headers as the engine left them
+    /// (the receipt added).
+    Deliver,
+    /// Withhold the handler's response and send this instead.
+    Replace(EngineResponse),
+}
+
+/// What to send for a paid request, from [`PaidRequest::finish`].
+#[must_use]
+pub enum Reply<B> {
+    /// The handler's response, its headers as the engine left them (the
+    /// receipt added, `Settlement-Overrides` removed), its body streamed or
+    /// held in full until the payment settled.
+    Handler(Response<PaidBody<B>>),
+    /// The engine's response, sent instead of the handler's.
+    Engine(EngineResponse),
+}
+
+impl<B> Reply<B> {
+    /// Either as one response.
+    pub fn into_response(self) -> Response<PaidBody<B>> {
+        match self {
+            Self::Handler(response) => response,
+            Self::Engine(response) => response.map(PaidBody::full),
+        }
+    }
+}
+
+impl<B> fmt::Debug for Reply<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Handler(r) => f.debug_tuple("Handler").field(&r.status()).finish(),
+            Self::Engine(r) => f.debug_tuple("Engine").field(&r.status()).finish(),
+        }
+    }
+}
+
+impl PaidRequest {
+    /// The verified payment (put it in the request's extensions).
+    pub fn payment(&self) -> &VerifiedPayment {
+        &self.payment
+    }
+
+    /// When this request settles.
+    pub fn timing(&self) -> SettlementTiming {
+        match &self.kind {
+            Kind::Payment(p) => p.timing,
+            Kind::Settled(_) => SettlementTiming::BeforeHandler,
+            Kind::Session { .. } | Kind::Spent => SettlementTiming::AfterHandler,
+        }
+    }
+
+    /// Finishes the request with what the handler produced: its response,
+    /// or the error it failed with (handed back unchanged, the payment
+    /// released unsettled).
+    ///
+    /// A response of status 400 or more is never charged: it is sent as it
+    /// is and the payment is released (a session call given back). Any other
+    /// is settled (for `upto`, for what the handler reported) while its body
+    /// is held, so that a refused settlement does not leak it and a body
+    /// that fails midway is not charged (the client then gets a 500). Bodies
+    /// of routes that settled before their handler stream untouched.
+    pub async fn finish<B, E>(
+        mut self: Box<Self>,
+        response: Result<Response<B>, E>,
+    ) -> Result<Reply<B>, E>
+    where
+        B: Body,
+        B::Error: fmt::Display,
+    {
+        let response = match response {
+            Ok(response) => response,
+            Err(error) => {
+                self.cancel(CancelReason::HandlerAborted).await;
+                return Err(error);
+            }
+        };
+        let (mut parts, body) = response.into_parts();
+        let failed = parts.status.is_client_error() || parts.status.is_server_error();
+        let holds = !failed && matches!(self.kind, Kind::Payment(_) | Kind::Session { .. });
+        if !holds {
+            return Ok(
+                match self.complete(parts.status, &mut parts.headers).await {
+                    Completion::Deliver => {
+                        Reply::Handler(Response::from_parts(parts, PaidBody::stream(body)))
+                    }
+                    Completion::Replace(response) => Reply::Engine(response),
+                },
+            );
+        }
+        let data = match body.collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) => {
+                tracing::error!(error = %e, route = %self.payment.route, "x402: paid handler's body failed; not settling");
+                self.cancel(CancelReason::HandlerAborted).await;
+                return Ok(Reply::Engine(response::handler_failed_response()));
+            }
+        };
+        Ok(
+            match self.complete(parts.status, &mut parts.headers).await {
+                Completion::Deliver => {
+                    // The body's length is known now.
+                    parts.headers.remove(http::header::TRANSFER_ENCODING);
+                    Reply::Handler(Response::from_parts(parts, PaidBody::full(data)))
+                }
+                Completion::Replace(response) => Reply::Engine(response),
+            },
+        )
+    }
+
+    /// Finishes a payment after its handler answered with `status`; `headers`
+    /// are the handler's response headers, to which the receipt is added.
+    /// For integrators that hold the handler's body themselves: hold it
+    /// until this returns, and send it only on [`Completion::Deliver`].
+    /// [`finish`](Self::finish) does all of that.
+    ///
+    /// A status of 400 or more is never charged: the handler's response is
+    /// delivered unchanged and the payment is released (a session call is
+    /// given back). Otherwise the payment is settled (for `upto`, for what the
+    /// handler reported); if settlement is refused or its outcome is unknown,
+    /// the handler's response is replaced. `Settlement-Overrides` is always
+    /// removed from `headers`.
+    pub async fn complete(mut self, status: StatusCode, headers: &mut HeaderMap) -> Completion {
+        let overrides = headers.remove(meter::SETTLEMENT_OVERRIDES);
+        match &mut self.kind {
+            Kind::Settled(receipt) => {
+                self.finished = true;
+                response::expose(headers);
+                headers.extend(std::mem::take(receipt));
+                return Completion::Deliver;
+            }
+            Kind::Spent => {
+                self.finished = true;
+                return Completion::Deliver;
+            }
+            Kind::Payment(_) | Kind::Session { .. } => {}
+        }
+        if status.is_client_error() || status.is_server_error() {
+            self.cancel(CancelReason::HandlerFailed(status)).await;
+            return Completion::Deliver;
+        }
+        let state = match &self.kind {
+            Kind::Session { remaining, .. } => {
+                self.finished = true;
+                response::expose(headers);
+                if let Ok(v) = HeaderValue::try_from(remaining.to_string()) {
+                    headers.insert(X_PAYMENT_SESSION_REMAINING, v);
+                }
+                return Completion::Deliver;
+            }
+            Kind::Payment(state) => state,
+            Kind::Settled(_) | Kind::Spent => return Completion::Deliver,
+        };
+        let charge = match &state.meter {
+            None => {
+                if overrides.is_some() {
+                    tracing::warn!("x402: Settlement-Overrides on an exact route is ignored");
+                }
+                None
+            }
+            Some(meter) => match charge(&self.payment, state, meter, overrides.as_ref()) {
+                Ok(charge) => Some(charge),
+                Err(()) => {
+                    self.cancel(CancelReason::HandlerAborted).await;
+                    return Completion::Replace(response::invalid_override_response());
+                }
+            },
+        };
+        match self.settle(charge).await {
+            Ok(receipt_headers) => {
+                response::expose(headers);
+                headers.extend(receipt_headers);
+                Completion::Deliver
+            }
+            Err(response) => Completion::Replace(response),
+        }
+    }
+
+    /// The handler failed without a response. Nothing is settled and hooks
+    /// are told ([`CancelReason::HandlerAborted`]): the claim is released.
+    pub async fn abort(mut self) {
+        self.cancel(CancelReason::HandlerAborted).await;
+    }
+
+    /// Settles a route that settles before its handler. On `Err`, send that
+    /// response and do not run the handler.
+    pub(super) async fn settle_first(&mut self) -> Result<(), EngineResponse> {
+        let headers = self.settle(None).await?;
+        self.kind = Kind::Settled(headers);
+        Ok(())
+    }
+
+    async fn cancel(&mut self, reason: CancelReason) {
+        self.finished = true;
+        match &self.kind {
+            Kind::Session { token, .. } => {
+                if !reason.releases_claim() {
+                    return;
+                }
+                if let Err(e) = self.engine.inner.sessions.give_back(token).await {
+                    tracing::error!(error = %e, "x402: could not give a failed session call back");
+                }
+            }
+            Kind::Payment(state) => {
+                let ctx = PaymentContext {
+                    route: self.route.route.pattern(),
+                    payload: &state.request.payment_payload,
+                    requirements: &state.request.payment_requirements,
+                    network: &state.network,
+                };
+                for hook in &self.engine.inner.hooks {
+                    hook.on_payment_canceled(&ctx, reason).await;
+                }
+            }
+            Kind::Settled(_) | Kind::Spent => {}
+        }
+    }
+
+    /// Settles on a task of its own, which runs to completion (hooks,
+    /// metrics, session opening) even if this request is dropped meanwhile.
+    async fn settle(&mut self, charge: Option<AtomicAmount>) -> Result<HeaderMap, EngineResponse> {
+        // From here on the payment is never released: a settlement attempt
+        // may have moved money.
+        self.finished = true;
+        let Kind::Payment(state) = std::mem::replace(&mut self.kind, Kind::Spent) else {
+            return Ok(HeaderMap::new());
+        };
+        let settlement = Settlement {
+            engine: self.engine.clone(),
+            route: self.route.clone(),
+            payment: self.payment.clone(),
+            state,
+            charge,
+        };
+        // Boxed: its state is large, and session calls never get here.
+        match self
+            .engine
+            .run_to_completion(Box::pin(settlement.run()))
+            .await
+        {
+            Some(result) => result,
+            None => {
+                tracing::error!(
+                    route = %self.payment.route,
+                    payer = ?self.payment.payer,
+                    "x402: a settlement task failed (a hook panicked?); its outcome is unknown"
+                );
+                Err(response::refusal_response(
+                    &Refusal::SettlementUnknown,
+                    None,
+                    Some(self.payment.version),
+                    self.payment.payer.as_deref(),
+                ))
+            }
+        }
+    }
+}
+
+/// The `upto` charge: the override header, else the meter, else the
+/// ceiling; capped at the ceiling. `Err` for a malformed override.
+fn charge(
+    payment: &VerifiedPayment,
+    state: &PaymentState,
+    meter: &Meter,
+    overrides: Option<&HeaderValue>,
+) -> Result<AtomicAmount, ()> {
+    let ceiling = meter.ceiling();
+    let reported = match overrides {
+        Some(value) => {
+            let parsed = value
+                .to_str()
+                .map_err(|_| ())
+                .and_then(|v| meter::parse_override(v, ceiling, state.decimals).map_err(|_| ()));
+            match parsed {
+                Ok(a) => a,
+                Err(()) => {
+                    tracing::error!(
+                        route = %payment.route,
+                        "x402: malformed Settlement-Overrides; charging nothing and answering 500"
+                    );
+                    return Err(());
+                }
+            }
+        }
+        None => match meter.reported() {
+            Some(a) => a,
+            None => {
+                tracing::debug!(route = %payment.route, "x402: upto handler reported no usage; charging the ceiling");
+                ceiling
+            }
+        },
+    };
+    if reported > ceiling {
+        tracing::warn!(
+            route = %payment.route,
+            reported = %reported,
+            ceiling = %ceiling,
+            "x402: upto usage above the ceiling; charging the ceiling"
+        );
+        return Ok(ceiling);
+    }
+    Ok(reported)
+}
+
+impl Drop for PaidRequest {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        // Dropped before the handler's response was finished: the client
+        // went away (or the handler panicked). Nothing is settled.
+        let keep_claim = !self.engine.inner.release_on_hang_up;
+        tracing::debug!(
+            route = %self.payment.route,
+            keep_claim,
+            "x402: the client went away before its paid response was ready; not settling"
+        );
+        let needs_telling = match &self.kind {
+            Kind::Session { .. } => !keep_claim,
+            Kind::Payment(_) => !self.engine.inner.hooks.is_empty(),
+            Kind::Settled(_) | Kind::Spent => false,
+        };
+        if !needs_telling {
+            return;
+        }
+        // Drop cannot wait: hooks are told on a task. Marked finished, so
+        // that this copy does not come back here if the runtime drops the
+        // task unpolled (it is shutting down).
+        let mut rest = PaidRequest {
+            engine: self.engine.clone(),
+            route: self.route.clone(),
+            payment: self.payment.clone(),
+            finished: true,
+            kind: std::mem::replace(&mut self.kind, Kind::Spent),
+        };
+        self.engine.spawn_tracked(async move {
+            rest.cancel(CancelReason::ClientGone { keep_claim }).await;
+        });
+    }
+}
+
+/// A settlement, owned by the task that runs it.
+struct Settlement {
+    engine: Engine,
+    route: Arc<CompiledRoute>,
+    payment: VerifiedPayment,
+    state: Box<PaymentState>,
+    charge: Option<AtomicAmount>,
+}
+
+impl Settlement {
+    fn refusal(&self, refusal: &Refusal) -> EngineResponse {
+        let state = &self.state;
+        crate::metrics::refusal(self.route.route.pattern(), refusal);
+        let mut parts = self
+            .engine
+            .parts(&self.route.route, &state.resource, &state.resolved);
+        if let Some(extensions) = &state.extensions {
+            parts.extensions = extensions;
+        }
+        response::refusal_response(
+            refusal,
+            Some(&parts),
+            Some(self.payment.version),
+            self.payment.payer.as_deref(),
+        )
+    }
+
+    async fn run(self) -> Result<HeaderMap, EngineResponse> {
+        let state = &self.state;
+        let charge = self.charge;
+        let mut settle_request = state.request.clone();
+        if let Some(charge) = charge {
+            settle_request.payment_requirements =
+                settle_request.payment_requirements.with_amount(charge);
+        }
+        let ctx = PaymentContext {
+            route: self.route.route.pattern(),
+            payload: &settle_request.payment_payload,
+            requirements: &settle_request.payment_requirements,
+            network: &state.network,
+        };
+        let hooks = &self.engine.inner.hooks;
+        let failure = |reason: String| SettleResponse {
+            payer: self.payment.payer.clone(),
+            ..SettleResponse::failure(settle_request.payment_requirements.network(), reason)
+        };
+        for hook in hooks {
+            match hook.before_settle(&ctx).await {
+                Ok(BeforeSettle::Continue) => {}
+                Ok(BeforeSettle::Abort { reason }) => {
+                    return Err(self.refusal(&Refusal::SettlementFailed(Box::new(failure(reason)))));
+                }
+                Err(e) => {
+                    log_hook_error(&e);
+                    return Err(self.refusal(&Refusal::SettlementFailed(Box::new(failure(
+                        "before_settle_hook_error".into(),
+                    )))));
+                }
+            }
+        }
+        let result = if charge.is_some_and(AtomicAmount::is_zero) {
+            // Nothing to charge: no facilitator call, no transaction.
+            Ok(SettleResponse {
+                success: true,
+                transaction: String::new(),
+                network: settle_request.payment_requirements.network().to_owned(),
+                amount: Some(AtomicAmount::ZERO),
+                ..SettleResponse::default()
+            })
+        } else {
+            let span = tracing::info_span!(
+                "x402.settle",
+                network = %state.network,
+                scheme = %settle_request.payment_requirements.scheme(),
+                payer = self.payment.payer.as_deref(),
+            );
+            let timer = crate::metrics::FacilitatorTimer::start();
+            let answer = self
+                .engine
+                .inner
+                .facilitator
+                .settle(&settle_request)
+                .instrument(span)
+                .await;
+            timer.done("settle");
+            match answer {
+                Ok(r) => Ok(r),
+                Err(error) => {
+                    let mut recovered = None;
+                    for hook in hooks {
+                        if let Some(r) = hook.on_settle_failure(&ctx, &error).await {
+                            recovered = Some(r);
+                            break;
+                        }
+                    }
+                    recovered.ok_or(error)
+                }
+            }
+        };
+        let mut receipt = match result {
+            Ok(r) => r,
+            Err(error) => {
+                crate::metrics::settlement(
+                    None,
+                    &state.network,
+                    &self.payment.asset,
+                    AtomicAmount::ZERO,
+                );
+                tracing::error!(
+                    error = %error,
+                    network = %state.network,
+                    payer = ?self.payment.payer,
+                    "x402: settlement outcome unknown; the response is withheld and the payment stays claimed"
+                );
+                return Err(self.refusal(&Refusal::SettlementUnknown));
+            }
+        };
+        if receipt.payer.is_none() {
+            receipt.payer = self.payment.payer.clone();
+        }
+        if receipt.network.is_empty() {
+            receipt.network = settle_request.payment_requirements.network().to_owned();
+        }
+        if receipt.success && receipt.amount.is_none() && charge.is_some() {
+            receipt.amount = charge;
+        }
+        crate::metrics::settlement(
+            Some(&receipt),
+            &state.network,
+            &self.payment.asset,
+            settle_request.payment_requirements.amount(),
+        );
+        for hook in hooks {
+            hook.after_settle(&ctx, &receipt).await;
+        }
+        if !receipt.success {
+            if receipt.error_reason.is_none() {
+                receipt.error_reason = Some("settlement_failed".to_owned());
+            }
+            tracing::warn!(reason = ?receipt.error_reason, network = %state.network, "x402: settlement refused");
+            return Err(self.refusal(&Refusal::SettlementFailed(Box::new(receipt))));
+        }
+        let mut headers = HeaderMap::new();
+        if let Some((name, value)) = response::receipt_header(&receipt, self.payment.version) {
+            headers.insert(name, value);
+        }
+        if let Some(offer) = state.session.and_then(|i| state.resolved.sessions.get(i)) {
+            self.open_session(&ctx, offer, &receipt, &mut headers).await;
+        }
+        Ok(headers)
+    }
+
+    /// Opens the session a settled payment bought, adding its token and count
+    /// to the response; the opening call counts as the first. A store that
+    /// fails is retried (with the same token, so a write that lands late is
+    /// the same session) until the engine's session-open deadline; if it
+    /// still fails, the buyer's response says so
+    /// (`X-PAYMENT-SESSION-ERROR: session_open_failed`) and hooks are told,
+    /// so the seller can make it good.
+    async fn open_session(
+        &self,
+        ctx: &PaymentContext<'_>,
+        offer: &ResolvedSession,
+        receipt: &SettleResponse,
+        headers: &mut HeaderMap,
+    ) {
+        let inner = &self.engine.inner;
+        let token = SessionToken::generate();
+        let hash = token.hash();
+        let remaining = offer.calls.saturating_sub(1);
+        let expires_at = unix_now().saturating_add(offer.ttl.as_secs());
+        let record = SessionRecord {
+            scope: offer.scope.clone(),
+            remaining,
+            expires_at,
+        };
+        let deadline = Instant::now() + inner.session_open_deadline;
+        let per_attempt = inner.session_deadline.max(Duration::from_millis(250));
+        let mut backoff = Duration::from_millis(50);
+        let mut attempts = 0u32;
+        let error = loop {
+            attempts += 1;
+            let left = deadline.saturating_duration_since(Instant::now());
+            let error = match tokio::time::timeout(
+                per_attempt.min(left),
+                inner.sessions.open(&hash, record.clone()),
+            )
+            .await
+            {
+                Ok(Ok(())) => break None,
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "the session store timed out".to_owned(),
+            };
+            tracing::warn!(attempt = attempts, %error, "x402: storing a paid session failed");
+            if Instant::now() + backoff >= deadline {
+                break Some(error);
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = backoff.saturating_mul(2);
+        };
+        if let Some(error) = error {
+            self.session_open_failed(ctx, offer, receipt, &hash, attempts, error, headers)
+                .await;
+            return;
+        }
+        crate::metrics::session_opened();
+        if let (Ok(t), Ok(r)) = (
+            HeaderValue::try_from(token.expose()),
+            HeaderValue::try_from(remaining.to_string()),
+        ) {
+            headers.insert(X_PAYMENT_SESSION, t);
+            headers.insert(X_PAYMENT_SESSION_REMAINING, r);
+        }
+        let info = SessionOpened {
+            offer_id: offer.id.clone(),
+            calls: offer.calls,
+            remaining,
+            expires_at,
+            scope: offer.scope.clone(),
+        };
+        for hook in &inner.hooks {
+            hook.on_session_opened(ctx, receipt, &info).await;
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn session_open_failed(
+        &self,
+        ctx: &PaymentContext<'_>,
+        offer: &ResolvedSession,
+        receipt: &SettleResponse,
+        hash: &TokenHash,
+        attempts: u32,
+        error: String,
+        headers: &mut HeaderMap,
+    ) {
+        let inner = &self.engine.inner;
+        tracing::error!(
+            attempts,
+            %error,
+            payer = ?self.payment.payer,
+            transaction = %receipt.transaction,
+            offer = %offer.id,
+            "x402: a paid session could not be stored; the buyer got this call only"
+        );
+        headers.insert(
+            X_PAYMENT_SESSION_ERROR,
+            HeaderValue::from_static("session_open_failed"),
+        );
+        // A write that timed out may land yet: nobody holds its token.
+        if let Ok(Err(e)) | Err(e) = tokio::time::timeout(
+            inner.session_deadline.max(Duration::from_millis(250)),
+            inner.sessions.close(hash),
+        )
+        .await
+        .map_err(|_| crate::session::SessionStoreError::Timeout)
+        {
+            tracing::debug!(error = %e, "x402: could not delete a session that failed to open; it goes at its expiry");
+        }
+        let failure = SessionOpenFailed {
+            offer_id: offer.id.clone(),
+            calls: offer.calls,
+            scope: offer.scope.clone(),
+            attempts,
+            error,
+        };
+        for hook in &inner.hooks {
+            hook.on_session_open_failed(ctx, receipt, &failure).await;
+        }
+    }
+}

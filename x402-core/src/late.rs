@@ -1,0 +1,163 @@
+//! Store calls that may outlive the request that started them.
+//!
+//! A claim or a session redemption sent to Redis is applied by the server
+//! whether or not anyone reads its answer. When the request gives up on it
+//! (its deadline passed, or the client hung up and the request's future was
+//! dropped), the write may still land, and then it must be undone: a claim
+//! released, a redemption given back. [`Late`] holds such a call; dropped
+//! before its answer was taken, it finishes the call on a task and hands the
+//! answer to its `on_late` handler.
+
+use std::{future::Future, pin::Pin, time::Duration};
+
+/// How long a call nobody waits for any more is still awaited, to undo what
+/// it did, before it is dropped.
+pub(crate) const LATE_ANSWER_WAIT: Duration = Duration::from_secs(60);
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+type OnLate<T> = Box<dyn FnOnce(T) -> BoxFuture<()> + Send + 'static>;
+
+/// A store call whose answer, if nobody takes it, goes to a handler.
+pub(crate) struct Late<T: Send + 'static> {
+    call: Option<BoxFuture<T>>,
+    on_late: Option<OnLate<T>>,
+    what: &'static str,
+}
+
+impl<T: Send + 'static> Late<T> {
+    /// `call`, whose answer goes to `on_late` unless [`answer`](Self::answer)
+    /// returns it. `what` names the call in logs.
+    pub(crate) fn new<F, H, HF>(what: &'static str, call: F, on_late: H) -> Self
+    where
+        F: Future<Output = T> + Send + 'static,
+        H: FnOnce(T) -> HF + Send + 'static,
+        HF: Future<Output = ()> + Send + 'static,
+    {
+        Self {
+            call: Some(Box::pin(call)),
+            on_late: Some(Box::new(move |answer| Box::pin(on_late(answer)))),
+            what,
+        }
+    }
+
+    /// Replaces what is done with an answer nobody takes.
+    pub(crate) fn on_late<H, HF>(&mut self, on_late: H)
+    where
+        H: FnOnce(T) -> HF + Send + 'static,
+        HF: Future<Output = ()> + Send + 'static,
+    {
+        self.on_late = Some(Box::new(move |answer| Box::pin(on_late(answer))));
+    }
+
+    /// The call's answer, if it comes within `deadline`. A call that answers
+    /// without waiting is never cut off, even with [`Duration::ZERO`]. On
+    /// `None` the call keeps running once `self` is dropped.
+    pub(crate) async fn answer(&mut self, deadline: Duration) -> Option<T> {
+        let call = self.call.as_mut()?;
+        match tokio::time::timeout(deadline, call).await {
+            Ok(answer) => {
+                self.call = None;
+                Some(answer)
+            }
+            Err(_elapsed) => None,
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for Late<T> {
+    fn drop(&mut self) {
+        let (Some(call), Some(on_late)) = (self.call.take(), self.on_late.take()) else {
+            return;
+        };
+        let what = self.what;
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                what,
+                "x402: a store call was abandoned outside a Tokio runtime; what it did is not undone"
+            );
+            return;
+        };
+        runtime.spawn(async move {
+            match tokio::time::timeout(LATE_ANSWER_WAIT, call).await {
+                Ok(answer) => on_late(answer).await,
+                Err(_elapsed) => tracing::warn!(
+                    what,
+                    "x402: a store call nobody waits for gave no answer within 60 s; if it lands later it is not undone"
+                ),
+            }
+        });
+    }
+}
+
+impl<T: Send + 'static> std::fmt::Debug for Late<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Late")
+            .field("what", &self.what)
+            .field("answered", &self.call.is_none())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    };
+
+    use super::*;
+
+    #[tokio::test]
+    async fn an_answer_taken_goes_nowhere_else() {
+        let undone = Arc::new(AtomicUsize::new(0));
+        let seen = undone.clone();
+        let mut late = Late::new("test", async { 7 }, move |_| async move {
+            seen.fetch_add(1, Ordering::SeqCst);
+        });
+        assert_eq!(late.answer(Duration::ZERO).await, Some(7));
+        drop(late);
+        tokio::task::yield_now().await;
+        assert_eq!(undone.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_call_past_its_deadline_is_finished_and_undone() {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut late = Late::new(
+            "test",
+            async {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                5
+            },
+            move |answer| async move {
+                let _ = tx.send(answer);
+            },
+        );
+        assert_eq!(late.answer(Duration::from_millis(1)).await, None);
+        drop(late);
+        assert_eq!(rx.await.ok(), Some(5));
+    }
+
+    #[tokio::test]
+    async fn a_call_abandoned_mid_await_is_finished_and_undone() {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let request = async move {
+            let mut late = Late::new(
+                "test",
+                async {
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    9
+                },
+                move |answer| async move {
+                    let _ = tx.send(answer);
+                },
+            );
+            late.answer(Duration::from_secs(10)).await
+        };
+        // The client hangs up: the request's future is dropped mid-call.
+        assert!(tokio::time::timeout(Duration::from_millis(5), request)
+            .await
+            .is_err());
+        assert_eq!(rx.await.ok(), Some(9));
+    }
+}
