@@ -2,10 +2,12 @@
 
 use std::{fmt, time::Duration};
 
-use alloy_network::{EthereumWallet, TransactionBuilder};
+use alloy_network::{
+    eip2718::Encodable2718, EthereumWallet, NetworkTransactionBuilder, TransactionBuilder,
+};
 use alloy_primitives::{Address, Bytes, B256, U256};
-use alloy_provider::{DynProvider, Provider, ProviderBuilder};
-use alloy_rpc_types_eth::TransactionRequest;
+use alloy_provider::{transport::RpcError, DynProvider, Provider, ProviderBuilder};
+use alloy_rpc_types_eth::{TransactionReceipt, TransactionRequest};
 use alloy_signer_local::PrivateKeySigner;
 use alloy_sol_types::{SolCall, SolEvent};
 use async_trait::async_trait;
@@ -127,14 +129,27 @@ const RECEIPT_POLL: Duration = Duration::from_millis(100);
 /// address, so a payment the token would refuse (say, signed for an EIP-712
 /// name the token does not have) is invalid before any gas is spent.
 ///
-/// A settlement estimates gas (a node that refuses it, e.g. on a revert,
-/// gives `success: false` with [`reason::TRANSACTION_FAILED`], the node's
-/// message and no transaction), sends, waits for the receipt and checks its
-/// status (a mined revert gives [`reason::TRANSACTION_FAILED`] with the
-/// transaction hash) and the token's `Transfer(from, to, value)` log. Transactions are submitted one at a time
-/// (the account nonce is read from the node's pending state under a lock), so
-/// concurrent settlements never collide on the facilitator account's nonce;
-/// waiting for receipts happens outside the lock.
+/// A settlement estimates gas and fees (a node that refuses that, e.g. on a
+/// revert, gives `success: false` with [`reason::TRANSACTION_FAILED`] and no
+/// transaction: nothing was signed or sent), signs the transaction locally,
+/// sends it with `eth_sendRawTransaction`, waits for the receipt and checks
+/// its status (a mined revert gives [`reason::TRANSACTION_FAILED`] with the
+/// transaction hash) and the token's `Transfer(from, to, value)` log.
+/// Transactions are submitted one at a time (the account nonce is read from
+/// the node's pending state under a lock), so concurrent settlements never
+/// collide on the facilitator account's nonce; estimating and waiting for
+/// receipts happen outside the lock.
+///
+/// Once a transaction may have been sent, the ledger never answers
+/// "refused": a node's error that leaves open whether it (or a copy of it,
+/// or another transaction with its nonce) is pending or mined ("already
+/// known", "nonce too low", "replacement transaction underpriced", ...), no
+/// answer at all, or no receipt within the
+/// [receipt timeout](ChainLedger::receipt_timeout) is
+/// [`LedgerError::SettlementUnknown`], which the facilitator's `settle`
+/// answers as an error (the engine's 502 `settlement_unknown`, the payment
+/// kept claimed). A node's error text goes to `tracing`, never into a
+/// response.
 ///
 /// The ledger serves the one chain its RPC endpoint reports.
 ///
@@ -162,6 +177,9 @@ pub struct ChainLedger {
     chain_id: u64,
     /// Scheme and host of the RPC URL (the path may carry an API key).
     endpoint: String,
+    /// Signs settlements locally, so each one's hash is known before it is
+    /// sent.
+    wallet: EthereumWallet,
     send: Mutex<()>,
     receipt_timeout: Duration,
     permit2: Permit2Deployment,
@@ -278,12 +296,13 @@ impl ChainLedger {
         let signer =
             PrivateKeySigner::from_bytes(&bytes).map_err(|_| ChainLedgerError::InvalidKey)?;
         let address = signer.address();
+        let wallet = EthereumWallet::from(signer);
         let provider = ProviderBuilder::new()
             .disable_recommended_fillers()
             .with_gas_estimation()
             .with_simple_nonce_management()
             .fetch_chain_id()
-            .wallet(EthereumWallet::from(signer))
+            .wallet(wallet.clone())
             .connect(rpc_url)
             .await
             .map_err(|_| ChainLedgerError::InvalidUrl)?
@@ -309,13 +328,16 @@ impl ChainLedger {
             signer: address,
             chain_id,
             endpoint: redact(rpc_url),
+            wallet,
             send: Mutex::new(()),
             receipt_timeout: DEFAULT_RECEIPT_TIMEOUT,
             permit2,
         })
     }
 
-    /// Sets how long a settlement waits for its receipt (default 60 s).
+    /// Sets how long a settlement waits for its receipt (default 60 s). A
+    /// sent transaction without a receipt by then is
+    /// [`LedgerError::SettlementUnknown`]: it may still be mined.
     #[must_use]
     pub fn receipt_timeout(mut self, timeout: Duration) -> Self {
         self.receipt_timeout = timeout;
@@ -410,7 +432,9 @@ impl ChainLedger {
         match self.provider.call(request).await {
             Ok(_) => Ok(None),
             Err(e) => match e.as_error_resp() {
-                Some(payload) => Ok(Some(payload.message.to_string())),
+                // The node's text, for logs: the facilitator never answers
+                // with it.
+                Some(payload) => Ok(Some(redact_urls(&payload.message))),
                 None => Err(backend(e)),
             },
         }
@@ -418,58 +442,109 @@ impl ChainLedger {
 
     /// Sends a settlement, waits for its receipt and checks that it emitted
     /// the `expected` transfer; a failure is refused with `failure`.
+    ///
+    /// Refused only while nothing can have been sent (estimating gas and
+    /// fees, reading the nonce, or a broadcast the node refused for what the
+    /// transaction is: see [`classify_broadcast_error`]), or when the
+    /// receipt shows the tokens did not move. Once the transaction may have
+    /// been sent and no receipt says what became of it, the outcome is
+    /// [`LedgerError::SettlementUnknown`].
     async fn submit(
         &self,
         request: TransactionRequest,
         expected: ExpectedTransfer,
         failure: &'static str,
     ) -> Result<TransferOutcome, LedgerError> {
-        // One submission at a time: the nonce filler reads the pending nonce,
+        // Gas and fees first, outside the lock: nothing is signed or sent
+        // yet, so a node's refusal here (gas estimation reverted) certainly
+        // moved nothing.
+        let request = match self.with_gas_and_fees(request).await {
+            Ok(request) => request,
+            Err(e) => return not_sent(e, failure),
+        };
+        // One submission at a time: the nonce is the node's pending count,
         // which includes the previous submission once it is in the pool.
-        let sent = {
+        let (hash, sent) = {
             let _guard = self.send.lock().await;
-            self.provider.send_transaction(request).await
+            let nonce = match self
+                .provider
+                .get_transaction_count(self.signer)
+                .pending()
+                .await
+            {
+                Ok(nonce) => nonce,
+                Err(e) => return not_sent(e, failure),
+            };
+            let envelope = request
+                .with_nonce(nonce)
+                .with_chain_id(self.chain_id)
+                .build(&self.wallet)
+                .await
+                .map_err(backend)?;
+            let hash = *envelope.tx_hash();
+            let sent = self
+                .provider
+                .send_raw_transaction(&envelope.encoded_2718())
+                .await;
+            (hash, sent)
         };
-        let hash = match sent {
-            Ok(pending) => *pending.tx_hash(),
-            Err(e) => {
-                return match e.as_error_resp() {
-                    // The node refused it (gas estimation reverted): a business
-                    // failure, no transaction was sent.
-                    Some(payload) => Ok(TransferOutcome::Refused {
-                        reason: failure.to_owned(),
-                        message: Some(payload.message.to_string()),
-                        transaction: None,
-                    }),
-                    None => Err(backend(e)),
-                };
-            }
-        };
-        let receipt = self.wait_for_receipt(hash).await?;
         let transaction = format!("{hash:#x}");
-        if !receipt.status() {
-            return Ok(TransferOutcome::Refused {
-                reason: failure.to_owned(),
-                message: Some("the settlement transaction reverted".to_owned()),
-                transaction: Some(transaction),
+        if let Err(e) = sent {
+            let verdict = e.as_error_resp().map(|payload| {
+                let data = payload.data.as_ref().map_or("", |d| d.get());
+                classify_broadcast_error(payload.code, &format!("{} {data}", payload.message))
             });
+            let failure_text = RpcFailure::new(&e);
+            if verdict == Some(Broadcast::Refused) {
+                return Ok(TransferOutcome::Refused {
+                    reason: failure.to_owned(),
+                    message: Some(failure_text.0),
+                    transaction: None,
+                });
+            }
+            // An answer that leaves open whether this transaction (or a copy
+            // of it, sent by a proxy retrying a lost answer) is pending or
+            // mined, or no answer at all. A receipt would settle the
+            // question; without one the outcome is unknown.
+            match self.provider.get_transaction_receipt(hash).await {
+                Ok(Some(receipt)) => {
+                    tracing::info!(
+                        transaction = %transaction,
+                        error = %failure_text,
+                        "x402: the node answered the settlement with an error, but the transaction is mined"
+                    );
+                    return Ok(check_receipt(&receipt, &expected, failure, transaction));
+                }
+                Ok(None) | Err(_) => {
+                    return Err(LedgerError::SettlementUnknown {
+                        transaction: Some(transaction),
+                        source: Box::new(failure_text),
+                    })
+                }
+            }
         }
-        let moved = receipt.inner.logs().iter().any(|log| {
-            log.address() == expected.token
-                && sol::Transfer::decode_log(&log.inner).is_ok_and(|event| {
-                    event.from == expected.from
-                        && event.to == expected.to
-                        && event.value == expected.value
-                })
-        });
-        if !moved {
-            return Ok(TransferOutcome::Refused {
-                reason: failure.to_owned(),
-                message: Some("the transaction emitted no matching Transfer event".to_owned()),
-                transaction: Some(transaction),
-            });
-        }
-        Ok(TransferOutcome::Settled { transaction })
+        let receipt = self.wait_for_receipt(hash, &transaction).await?;
+        Ok(check_receipt(&receipt, &expected, failure, transaction))
+    }
+
+    /// `request` with its gas limit (`eth_estimateGas`, which dry-runs it)
+    /// and fees (EIP-1559 from `eth_feeHistory`, or the legacy gas price on a
+    /// chain without a base fee).
+    async fn with_gas_and_fees(
+        &self,
+        request: TransactionRequest,
+    ) -> Result<TransactionRequest, alloy_provider::transport::TransportError> {
+        let gas = self.provider.estimate_gas(request.clone()).await?;
+        let request = request.with_gas_limit(gas);
+        Ok(match self.provider.estimate_eip1559_fees().await {
+            Ok(fees) => request
+                .with_max_fee_per_gas(fees.max_fee_per_gas)
+                .with_max_priority_fee_per_gas(fees.max_priority_fee_per_gas),
+            Err(RpcError::UnsupportedFeature(_)) => {
+                request.with_gas_price(self.provider.get_gas_price().await?)
+            }
+            Err(e) => return Err(e),
+        })
     }
 
     async fn call<C: SolCall>(&self, to: Address, call: &C) -> Result<C::Return, LedgerError> {
@@ -510,28 +585,221 @@ impl ChainLedger {
         )
     }
 
+    /// Polls for the receipt of a sent transaction until the receipt
+    /// timeout. A node error while polling is retried; no receipt by the
+    /// deadline is [`LedgerError::SettlementUnknown`]: the transaction may
+    /// still be mined.
     async fn wait_for_receipt(
         &self,
         hash: B256,
-    ) -> Result<alloy_rpc_types_eth::TransactionReceipt, LedgerError> {
+        transaction: &str,
+    ) -> Result<TransactionReceipt, LedgerError> {
         let deadline = tokio::time::Instant::now() + self.receipt_timeout;
+        let mut last_error = None;
         loop {
-            if let Some(receipt) = self
-                .provider
-                .get_transaction_receipt(hash)
-                .await
-                .map_err(backend)?
-            {
-                return Ok(receipt);
+            match self.provider.get_transaction_receipt(hash).await {
+                Ok(Some(receipt)) => return Ok(receipt),
+                Ok(None) => {}
+                Err(e) => last_error = Some(RpcFailure::new(&e)),
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(LedgerError::Backend(
-                    format!("no receipt for transaction {hash:#x} within the timeout").into(),
-                ));
+                let timeout = self.receipt_timeout;
+                let why = match last_error {
+                    Some(e) => format!("no receipt within {timeout:?}; last error: {e}"),
+                    None => format!("no receipt within {timeout:?}"),
+                };
+                return Err(LedgerError::SettlementUnknown {
+                    transaction: Some(transaction.to_owned()),
+                    source: why.into(),
+                });
             }
             tokio::time::sleep(RECEIPT_POLL).await;
         }
     }
+}
+
+/// A refusal for an error met before anything was sent: an answer from the
+/// node (say, gas estimation reverted) is a refusal with its message (kept
+/// for logs, never sent to the buyer); no answer is a backend error.
+fn not_sent(
+    e: alloy_provider::transport::TransportError,
+    failure: &'static str,
+) -> Result<TransferOutcome, LedgerError> {
+    if e.as_error_resp().is_some() {
+        Ok(TransferOutcome::Refused {
+            reason: failure.to_owned(),
+            message: Some(RpcFailure::new(&e).0),
+            transaction: None,
+        })
+    } else {
+        Err(backend(e))
+    }
+}
+
+/// The outcome a mined settlement's receipt shows: settled when it succeeded
+/// and emitted the `expected` transfer, else refused with `failure` and the
+/// transaction hash.
+fn check_receipt(
+    receipt: &TransactionReceipt,
+    expected: &ExpectedTransfer,
+    failure: &'static str,
+    transaction: String,
+) -> TransferOutcome {
+    if !receipt.status() {
+        return TransferOutcome::Refused {
+            reason: failure.to_owned(),
+            message: Some("the settlement transaction reverted".to_owned()),
+            transaction: Some(transaction),
+        };
+    }
+    let moved = receipt.inner.logs().iter().any(|log| {
+        log.address() == expected.token
+            && sol::Transfer::decode_log(&log.inner).is_ok_and(|event| {
+                event.from == expected.from
+                    && event.to == expected.to
+                    && event.value == expected.value
+            })
+    });
+    if !moved {
+        return TransferOutcome::Refused {
+            reason: failure.to_owned(),
+            message: Some("the transaction emitted no matching Transfer event".to_owned()),
+            transaction: Some(transaction),
+        };
+    }
+    TransferOutcome::Settled { transaction }
+}
+
+/// What a node's error answer to `eth_sendRawTransaction` says about the
+/// transaction it was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Broadcast {
+    /// Refused for what the transaction is (undecodable, wrongly signed,
+    /// for another chain, below its intrinsic gas, a fee above the node's
+    /// cap, ...), or the call itself was not understood: the node did not
+    /// take it and would have refused any copy of it the same way at any
+    /// time, so no copy can be pending or mined.
+    Refused,
+    /// This transaction, an earlier copy of it (a proxy or load balancer
+    /// retrying a request whose answer was lost sends the same bytes
+    /// again), or another transaction with its nonce may be pending or
+    /// mined: whether the tokens moved is unknown.
+    MaybeSent,
+}
+
+/// Answers saying that this transaction, a copy of it, or one with its nonce
+/// is pending or mined, in the wording of geth, reth, erigon, nethermind,
+/// besu, anvil and openethereum. They decide before anything else.
+///
+/// Insufficient funds (for the facilitator's gas) is here too: besu checks
+/// the balance before the nonce, so a copy mined earlier, which spent gas,
+/// can be answered with "upfront cost exceeds account balance" instead of
+/// "nonce too low".
+const MAYBE_SENT: &[&str] = &[
+    "already known",
+    "already imported",
+    "known transaction",
+    "same hash",
+    "already exist",
+    "already in",
+    "same nonce",
+    "nonce too low",
+    "nonce is too low",
+    "old nonce",
+    "stale nonce",
+    "replace",
+    "mined",
+    "insufficient funds",
+    "upfront cost",
+    "exceeds account balance",
+];
+
+/// Answers about the transaction's own content, which every copy shares and
+/// no chain or pool state changes: the only errors after which a
+/// transaction certainly cannot be mined.
+const NOT_SENT: &[&str] = &[
+    "invalid sender",
+    "failed to recover sender",
+    "invalid signature",
+    "invalid transaction signature",
+    "invalid chain id",
+    "wrong chain id",
+    "incorrect chain id",
+    "chain id mismatch",
+    "intrinsic gas",
+    "oversized data",
+    "too large",
+    "initcode",
+    "exceeds the configured cap",
+    "fee cap exceeded",
+    "type not supported",
+    "unsupported transaction type",
+    "not activated",
+    "replay protected",
+    "negative value",
+    "decode",
+    "rlp",
+];
+
+/// Classifies a node's error answer to `eth_sendRawTransaction` (its
+/// JSON-RPC `code` and `message`, with any `data` appended) as
+/// [`Broadcast::Refused`] or [`Broadcast::MaybeSent`].
+///
+/// The rules, in order:
+///
+/// 1. A message that says the transaction, a copy or its nonce is already
+///    known, pending, replaced or mined, or that the sender cannot pay
+///    ([`MAYBE_SENT`]): maybe sent.
+/// 2. A JSON-RPC protocol error (`-32700` parse error, `-32600` invalid
+///    request, `-32601` method not found): the node did not process the
+///    call, refused.
+/// 3. A message about the transaction's own content ([`NOT_SENT`]):
+///    refused.
+/// 4. Anything else (pool full, underpriced, fee below the base fee, gas
+///    above the block limit, rate limits, an execution revert, an unknown
+///    wording): maybe sent. These depend on chain or pool state that an
+///    earlier copy of the transaction may itself have changed, so they do
+///    not prove that no copy is pending or mined.
+///
+/// Words match case-insensitively at word starts, with `_`, `-` and
+/// camel case read as word breaks (`ALREADY_KNOWN`, `AlreadyKnown` and
+/// "already known" are one phrase).
+fn classify_broadcast_error(code: i64, message: &str) -> Broadcast {
+    let text = words(message);
+    let says = |phrases: &[&str]| {
+        phrases
+            .iter()
+            .any(|phrase| text.contains(words(phrase).trim_end()))
+    };
+    if says(MAYBE_SENT) {
+        return Broadcast::MaybeSent;
+    }
+    if matches!(code, -32700 | -32600 | -32601) || says(NOT_SENT) {
+        return Broadcast::Refused;
+    }
+    Broadcast::MaybeSent
+}
+
+/// `text` lowercased as words, each preceded by one space, with a space at
+/// the end: every character that is not an ASCII letter or digit, and every
+/// lowercase-to-uppercase step (`chainId`), breaks words.
+fn words(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    let (mut in_word, mut previous_lower) = (false, false);
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() {
+            if !in_word || (c.is_ascii_uppercase() && previous_lower) {
+                out.push(' ');
+            }
+            out.push(c.to_ascii_lowercase());
+            in_word = true;
+            previous_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+        } else {
+            (in_word, previous_lower) = (false, false);
+        }
+    }
+    out.push(' ');
+    out
 }
 
 #[async_trait]
@@ -685,6 +953,166 @@ mod tests {
         );
         assert_eq!(redact_urls("no url here"), "no url here");
         assert_eq!(redact_urls("ends with ://"), "ends with ://");
+    }
+
+    /// Answers to `eth_sendRawTransaction` that leave open whether the
+    /// transaction, a copy of it, or one with its nonce is pending or mined:
+    /// `(code, message)` in the wording of several nodes.
+    const MAYBE_SENT_ANSWERS: &[(i64, &str)] = &[
+        // geth
+        (-32000, "already known"),
+        (-32000, "nonce too low"),
+        (-32000, "nonce too low: address 0x70997970C51812dc3A010C7d01b50e0d17dc79C8, tx: 3 state: 4"),
+        (-32000, "replacement transaction underpriced"),
+        (-32000, "insufficient funds for gas * price + value: address 0x7099 have 0 want 21000"),
+        (-32000, "transaction underpriced"),
+        (-32000, "txpool is full"),
+        (-32000, "exceeds block gas limit"),
+        (-32000, "max fee per gas less than block base fee: address 0x7099, maxFeePerGas: 1, baseFee: 7"),
+        (-32000, "future transaction tries to replace pending"),
+        (-32000, "address already reserved"),
+        // anvil (foundry)
+        (-32003, "transaction already imported"),
+        (-32003, "nonce too low"),
+        (-32003, "replacement transaction underpriced"),
+        (-32003, "Insufficient funds for gas * price + value"),
+        (-32003, "max fee per gas less than block base fee"),
+        // reth
+        (-32003, "already known"),
+        (-32003, "nonce too low: next nonce 4, tx nonce 3"),
+        (-32003, "insufficient funds for gas * price + value: have 0 want 21000"),
+        (-32003, "transaction underpriced"),
+        // erigon
+        (-32000, "INTERNAL_ERROR: existing tx with same hash"),
+        (-32000, "ALREADY_KNOWN"),
+        (-32000, "NONCE_TOO_LOW"),
+        (-32000, "could not replace existing tx"),
+        (-32000, "mined"),
+        (-32000, "insufficient funds"),
+        (-32000, "underpriced"),
+        // nethermind (older results by name, newer in geth's words)
+        (-32010, "AlreadyKnown"),
+        (-32010, "OldNonce, Current nonce: 4, nonce of rejected tx: 3"),
+        (-32010, "ReplacementNotAllowed"),
+        (-32010, "InsufficientFunds, Account balance: 0, cumulative cost: 21000"),
+        (-32010, "FeeTooLow"),
+        (-32010, "already known"),
+        (-32010, "nonce too low"),
+        // besu
+        (-32000, "Known transaction"),
+        (-32001, "Nonce too low"),
+        (-32000, "Replacement transaction underpriced"),
+        (-32004, "Upfront cost exceeds account balance"),
+        (-32009, "Gas price below configured minimum gas price"),
+        (-32000, "Transaction gas limit exceeds block gas limit"),
+        // openethereum / parity
+        (-32010, "Transaction with the same hash was already imported."),
+        (-32010, "Transaction nonce is too low. Try incrementing the nonce."),
+        (-32010, "Transaction gas price supplied is too low. There is another transaction with same nonce in the queue."),
+        // hosted endpoints, proxies, other chains
+        (-32005, "daily request count exceeded, request rate limited"),
+        (429, "Too Many Requests"),
+        (-32603, "internal error"),
+        (-32000, "tx already exist"),
+        (-32000, "transaction already in mempool"),
+        (3, "execution reverted: FiatTokenV2: authorization is used or canceled"),
+        (-32000, ""),
+        (0, "something no node has ever said"),
+        // ambiguity wins over a content word in the same answer
+        (-32000, "invalid sender: nonce too low"),
+        (-32601, "nonce too low"),
+    ];
+
+    /// Answers after which the transaction certainly cannot be mined.
+    const REFUSED_ANSWERS: &[(i64, &str)] = &[
+        // geth / reth
+        (-32000, "invalid sender"),
+        (-32000, "intrinsic gas too low"),
+        (-32000, "oversized data"),
+        (-32000, "negative value"),
+        (-32000, "transaction type not supported"),
+        (
+            -32000,
+            "tx fee (1.25 ether) exceeds the configured cap (1.00 ether)",
+        ),
+        (
+            -32000,
+            "only replay-protected (EIP-155) transactions allowed over RPC",
+        ),
+        (-32000, "rlp: expected input list for types.DynamicFeeTx"),
+        (-32000, "invalid chain id for signer: have 1 want 84532"),
+        (-32003, "max initcode size exceeded"),
+        // anvil
+        (-32003, "invalid chain id for signer"),
+        (-32000, "intrinsic gas too low"),
+        (-32602, "Failed to decode transaction"),
+        // erigon
+        (-32000, "INVALID_SENDER"),
+        (
+            -32000,
+            "fork supporting this transaction type is not activated yet",
+        ),
+        (-32000, "initcode too large"),
+        // nethermind
+        (-32010, "failed to recover sender"),
+        (-32010, "transaction too large"),
+        (-32010, "unsupported transaction type"),
+        // besu
+        (-32000, "Invalid signature"),
+        (-32000, "Wrong chainId"),
+        (-32003, "Intrinsic gas exceeds gas limit"),
+        (-32000, "Transaction fee cap exceeded"),
+        // the call itself was not understood
+        (-32700, "Parse error"),
+        (-32600, "Invalid request"),
+        (
+            -32601,
+            "the method eth_sendRawTransaction does not exist/is not available",
+        ),
+    ];
+
+    #[test]
+    fn broadcast_errors_that_may_hide_a_sent_transaction_are_unknown() {
+        for &(code, message) in MAYBE_SENT_ANSWERS {
+            assert_eq!(
+                classify_broadcast_error(code, message),
+                Broadcast::MaybeSent,
+                "{code} {message:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_errors_about_the_transaction_itself_are_refusals() {
+        for &(code, message) in REFUSED_ANSWERS {
+            assert_eq!(
+                classify_broadcast_error(code, message),
+                Broadcast::Refused,
+                "{code} {message:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn words_break_on_case_and_punctuation() {
+        assert_eq!(words("AlreadyKnown"), " already known ");
+        assert_eq!(words("ALREADY_KNOWN"), " already known ");
+        assert_eq!(words("Wrong chainId!"), " wrong chain id ");
+        assert_eq!(
+            words("  replay-protected (EIP-155) "),
+            " replay protected eip 155 "
+        );
+        assert_eq!(words(""), " ");
+        // Phrases match at word starts only: "mined" is not in
+        // "undetermined", nor "known transaction" in "unknown transaction".
+        assert_eq!(
+            classify_broadcast_error(-32000, "invalid sender (undetermined)"),
+            Broadcast::Refused
+        );
+        assert_eq!(
+            classify_broadcast_error(-32000, "invalid signature on unknown transaction"),
+            Broadcast::Refused
+        );
     }
 
     #[tokio::test]

@@ -60,6 +60,14 @@
 //! `settle` runs the same checks again (without the dry run) and then asks the
 //! ledger to move the tokens.
 //!
+//! What the ledger answers becomes the facilitator's answer: a
+//! [refusal](TransferOutcome::Refused) is `success: false` with the ledger's
+//! reason code and a fixed `errorMessage`; a [`LedgerError`] (among them
+//! [`LedgerError::SettlementUnknown`], a transaction that may have been
+//! sent) is an error, which the engine answers 502 `settlement_unknown`. No
+//! ledger or node text reaches an answer (a dry run's refusal answers a
+//! fixed `invalidMessage`): it goes to `tracing`.
+//!
 //! # `upto`, and `exact` with Permit2
 //!
 //! The payload is a Permit2 `PermitWitnessTransferFrom` signed in Permit2's
@@ -347,11 +355,18 @@ pub enum TransferOutcome {
         /// The transaction hash (a chain) or a deterministic id (the dev ledger).
         transaction: String,
     },
-    /// The tokens did not move, for a business reason.
+    /// The tokens did not move, for a business reason, and no transaction
+    /// that could still move them is pending. (A transfer that may have been
+    /// sent and whose outcome is not known is
+    /// [`LedgerError::SettlementUnknown`], never a refusal.)
     Refused {
-        /// A reason code (see [`reason`]).
+        /// A reason code (see [`reason`]): lowercase ASCII letters, digits
+        /// and `_`. The facilitator answers
+        /// [`reason::TRANSACTION_FAILED`] (or
+        /// [`reason::UPTO_TRANSACTION_FAILED`]) in place of anything else.
         reason: String,
-        /// Human-readable detail.
+        /// Detail for logs (a node's error text, say). The facilitator
+        /// writes it to `tracing` and never into its answer.
         message: Option<String>,
         /// The transaction hash, when a transaction was sent and reverted.
         transaction: Option<String>,
@@ -387,6 +402,21 @@ pub enum LedgerError {
     /// The node or backing store failed.
     #[error("ledger backend error")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A settlement transaction may have been sent and whether it moved the
+    /// tokens is not known: the node's answer to the submission left it open
+    /// ("already known", "nonce too low", "replacement transaction
+    /// underpriced", no answer at all, ...), or no receipt came within the
+    /// timeout. The facilitator's `settle` answers it with an error, never
+    /// with a refusal: the engine's 502 `settlement_unknown`, the payment
+    /// kept claimed.
+    #[error("the settlement transaction may have been sent; its outcome is unknown")]
+    SettlementUnknown {
+        /// The transaction's hash, when one was computed, to reconcile by.
+        transaction: Option<String>,
+        /// What went wrong (a node's error text, for logs only).
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 /// Where the money moves: a chain, or memory.
@@ -758,6 +788,92 @@ fn ledger_error(e: LedgerError) -> FacilitatorError {
     FacilitatorError::Other(OtherError(Arc::new(e)))
 }
 
+/// A ledger error while moving the tokens, as `settle`'s error (the engine
+/// answers 502 `settlement_unknown` and keeps the payment claimed). Its
+/// sources (a node's error text) are logged here: only its fixed `Display`
+/// travels on.
+fn settlement_error(e: LedgerError, network: &str) -> FacilitatorError {
+    let transaction = match &e {
+        LedgerError::SettlementUnknown { transaction, .. } => transaction.as_deref(),
+        _ => None,
+    };
+    tracing::error!(
+        error = %e,
+        detail = %error_chain(&e),
+        transaction,
+        network,
+        "x402: the ledger could not settle; the outcome is unknown"
+    );
+    ledger_error(e)
+}
+
+/// An error and its sources as one line, for logs.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}
+
+/// Whether `s` has the shape of a reason code: 1 to 64 lowercase ASCII
+/// letters, digits and `_` (a node's message, with spaces, never has).
+fn is_reason_code(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// The `invalidMessage` / `errorMessage` a refusal answers with. The
+/// facilitator's own checks write their own text; a dry run's refusal
+/// carries the ledger's (a node's revert message, say), which goes to
+/// `tracing` and is answered with a fixed sentence, or kept when it is a
+/// reason code.
+fn wire_message(reason: &'static str, message: String) -> String {
+    if reason != reason::SIMULATION_FAILED && reason != reason::PERMIT2_SIMULATION_FAILED {
+        return message;
+    }
+    if is_reason_code(&message) {
+        return message;
+    }
+    tracing::info!(reason, detail = %message, "x402: the ledger's dry run refused the payment");
+    "the token refused the transfer in a dry run".to_owned()
+}
+
+/// The `errorReason` and `errorMessage` of a ledger's refusal: its reason
+/// when it is a reason code, else `fallback`, and a fixed sentence. The
+/// ledger's message (a node's error text, say) goes to `tracing` only.
+fn refused_settlement(
+    reason: &str,
+    message: Option<&str>,
+    transaction: Option<&str>,
+    fallback: &'static str,
+    network: &str,
+) -> (String, &'static str) {
+    let answer = if is_reason_code(reason) {
+        reason
+    } else {
+        fallback
+    };
+    tracing::warn!(
+        reason = answer,
+        ledger_reason = reason,
+        detail = message,
+        transaction,
+        network,
+        "x402: the ledger refused the settlement"
+    );
+    let sentence = if transaction.is_some() {
+        "the settlement transaction did not move the tokens"
+    } else {
+        "the ledger refused the transfer; nothing was sent"
+    };
+    (answer.to_owned(), sentence)
+}
+
 impl LocalFacilitator {
     /// Starts building a facilitator that settles through `ledger`.
     pub fn builder(ledger: impl Ledger) -> LocalFacilitatorBuilder {
@@ -1015,7 +1131,7 @@ impl Facilitator for LocalFacilitator {
         Ok(match self.check(request, Phase::Verify).await? {
             Ok(checked) => VerifyResponse::valid(checked.payer().to_checksum(None)),
             Err(r) => VerifyResponse {
-                invalid_message: Some(r.message),
+                invalid_message: Some(wire_message(r.reason, r.message)),
                 ..VerifyResponse::invalid(r.reason, r.payer)
             },
         })
@@ -1031,7 +1147,7 @@ impl Facilitator for LocalFacilitator {
             Ok(c) => c,
             Err(r) => {
                 return Ok(SettleResponse {
-                    error_message: Some(r.message),
+                    error_message: Some(wire_message(r.reason, r.message)),
                     payer: r.payer,
                     ..SettleResponse::failure(network, r.reason)
                 })
@@ -1043,7 +1159,7 @@ impl Facilitator for LocalFacilitator {
                 self.ledger
                     .transfer(&c.transfer())
                     .await
-                    .map_err(ledger_error)?,
+                    .map_err(|e| settlement_error(e, &network))?,
                 c.payload.authorization.value,
             ),
             Checked::Permit2(c) if c.amount.is_zero() => {
@@ -1061,7 +1177,7 @@ impl Facilitator for LocalFacilitator {
                 self.ledger
                     .permit2_transfer(&c.transfer())
                     .await
-                    .map_err(ledger_error)?,
+                    .map_err(|e| settlement_error(e, &network))?,
                 AtomicAmount::from(c.amount),
             ),
         };
@@ -1078,12 +1194,26 @@ impl Facilitator for LocalFacilitator {
                 reason,
                 message,
                 transaction,
-            } => SettleResponse {
-                error_message: message,
-                payer: Some(payer),
-                transaction: transaction.unwrap_or_default(),
-                ..SettleResponse::failure(network, reason)
-            },
+            } => {
+                let fallback = if request.payment_requirements.scheme() == permit2::UPTO {
+                    reason::UPTO_TRANSACTION_FAILED
+                } else {
+                    reason::TRANSACTION_FAILED
+                };
+                let (reason, sentence) = refused_settlement(
+                    &reason,
+                    message.as_deref(),
+                    transaction.as_deref(),
+                    fallback,
+                    &network,
+                );
+                SettleResponse {
+                    error_message: Some(sentence.to_owned()),
+                    payer: Some(payer),
+                    transaction: transaction.unwrap_or_default(),
+                    ..SettleResponse::failure(network, reason)
+                }
+            }
         })
     }
 
@@ -1130,5 +1260,296 @@ impl Facilitator for LocalFacilitator {
             extensions: Vec::new(),
             signers,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use alloy_primitives::{address, Bytes};
+    use alloy_signer::SignerSync;
+    use alloy_signer_local::PrivateKeySigner;
+    use serde_json::json;
+
+    use super::*;
+    use crate::evm::Eip3009Authorization;
+
+    const NETWORK: &str = "eip155:84532";
+    const TOKEN: Address = address!("036CbD53842c5426634e7929541eC2318f3dCF7e");
+    const SELLER: Address = address!("209693Bc6afc0C5328bA36FaF03C514EF312287C");
+    const NOW: u64 = 1_740_672_100;
+    /// A node's error text, with a URL carrying a key: it must never reach
+    /// an answer.
+    const NODE_TEXT: &str =
+        "execution reverted: FiatTokenV2: invalid signature (https://rpc.example/v2/SECRETKEY)";
+
+    /// What the scripted ledger's `transfer` answers.
+    #[derive(Debug, Clone, Copy)]
+    enum Answer {
+        Refused {
+            reason: &'static str,
+            transaction: Option<&'static str>,
+        },
+        Unknown,
+        Backend,
+    }
+
+    /// A ledger that approves every state check and answers `simulate` and
+    /// `transfer` as scripted, with [`NODE_TEXT`] as its detail.
+    #[derive(Debug)]
+    struct Scripted {
+        simulate: Option<&'static str>,
+        transfer: Answer,
+    }
+
+    #[async_trait]
+    impl Ledger for Scripted {
+        fn signer(&self) -> Address {
+            Address::repeat_byte(0x11)
+        }
+
+        fn check_network(&self, _: &str) -> Result<(), LedgerError> {
+            Ok(())
+        }
+
+        async fn state(&self, _: &Transfer<'_>) -> Result<LedgerState, LedgerError> {
+            Ok(LedgerState::new(false, U256::from(1_000_000u64)))
+        }
+
+        async fn simulate(&self, _: &Transfer<'_>) -> Result<Option<String>, LedgerError> {
+            Ok(self.simulate.map(str::to_owned))
+        }
+
+        async fn transfer(&self, _: &Transfer<'_>) -> Result<TransferOutcome, LedgerError> {
+            match self.transfer {
+                Answer::Refused {
+                    reason,
+                    transaction,
+                } => Ok(TransferOutcome::Refused {
+                    reason: reason.to_owned(),
+                    message: Some(NODE_TEXT.to_owned()),
+                    transaction: transaction.map(str::to_owned),
+                }),
+                Answer::Unknown => Err(LedgerError::SettlementUnknown {
+                    transaction: Some("0xabc".to_owned()),
+                    source: NODE_TEXT.into(),
+                }),
+                Answer::Backend => Err(LedgerError::Backend(NODE_TEXT.into())),
+            }
+        }
+    }
+
+    fn facilitator(simulate: Option<&'static str>, transfer: Answer) -> LocalFacilitator {
+        LocalFacilitator::builder(Scripted { simulate, transfer })
+            .network(NETWORK)
+            .clock(FixedClock(NOW))
+            .build()
+            .unwrap()
+    }
+
+    /// A v2 `exact` request for 1000 units, signed by a fixed key.
+    fn request() -> FacilitatorRequest {
+        let key = PrivateKeySigner::from_bytes(&B256::repeat_byte(7)).unwrap();
+        let authorization = Eip3009Authorization {
+            from: key.address(),
+            to: SELLER,
+            value: AtomicAmount::from(1_000u64),
+            valid_after: U256::from(NOW - 600),
+            valid_before: U256::from(NOW + 300),
+            nonce: B256::repeat_byte(9),
+        };
+        let domain = eip3009_domain("USDC", "2", 84532, TOKEN);
+        let signature = key
+            .sign_hash_sync(&authorization.signing_hash(&domain))
+            .unwrap();
+        let payload = ExactEvmPayload {
+            signature: Bytes::from(signature.as_bytes().to_vec()),
+            authorization,
+        };
+        let requirements = json!({
+            "scheme": "exact",
+            "network": NETWORK,
+            "amount": "1000",
+            "asset": TOKEN.to_checksum(None),
+            "payTo": SELLER.to_checksum(None),
+            "maxTimeoutSeconds": 300,
+            "extra": {"name": "USDC", "version": "2"},
+        });
+        serde_json::from_value(json!({
+            "x402Version": 2,
+            "paymentPayload": {
+                "x402Version": 2,
+                "accepted": requirements,
+                "payload": serde_json::to_value(payload).unwrap(),
+            },
+            "paymentRequirements": requirements,
+        }))
+        .unwrap()
+    }
+
+    /// Everything an answer shows, as JSON text.
+    fn shown(answer: &impl serde::Serialize) -> String {
+        let text = serde_json::to_string(answer).unwrap();
+        for leak in ["FiatToken", "invalid signature", "SECRETKEY", "rpc.example"] {
+            assert!(!text.contains(leak), "{leak:?} leaked in {text}");
+        }
+        text
+    }
+
+    #[tokio::test]
+    async fn a_ledger_refusal_answers_its_reason_code_and_never_its_message() {
+        let refused = Answer::Refused {
+            reason: reason::TRANSACTION_FAILED,
+            transaction: None,
+        };
+        let receipt = facilitator(None, refused).settle(&request()).await.unwrap();
+        shown(&receipt);
+        assert!(!receipt.success);
+        assert_eq!(
+            receipt.error_reason.as_deref(),
+            Some(reason::TRANSACTION_FAILED)
+        );
+        assert_eq!(
+            receipt.error_message.as_deref(),
+            Some("the ledger refused the transfer; nothing was sent")
+        );
+        assert_eq!(receipt.transaction, "");
+        assert!(receipt.payer.is_some());
+
+        // A mined revert keeps its transaction hash (the ledger's own).
+        let reverted = Answer::Refused {
+            reason: reason::TRANSACTION_FAILED,
+            transaction: Some("0xdef"),
+        };
+        let receipt = facilitator(None, reverted)
+            .settle(&request())
+            .await
+            .unwrap();
+        shown(&receipt);
+        assert_eq!(receipt.transaction, "0xdef");
+        assert_eq!(
+            receipt.error_message.as_deref(),
+            Some("the settlement transaction did not move the tokens")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_ledger_reason_that_is_not_a_code_is_answered_as_transaction_failed() {
+        for odd in [
+            "rpc error: nonce too low",
+            "Insufficient funds",
+            "",
+            "a_code_that_is_far_too_long_to_be_one_of_ours_because_it_goes_on_and_on",
+        ] {
+            let answer = Answer::Refused {
+                reason: odd,
+                transaction: None,
+            };
+            let receipt = facilitator(None, answer).settle(&request()).await.unwrap();
+            assert_eq!(
+                receipt.error_reason.as_deref(),
+                Some(reason::TRANSACTION_FAILED),
+                "{odd:?}"
+            );
+            assert!(odd.is_empty() || !shown(&receipt).contains(odd), "{odd:?}");
+        }
+        // A ledger's own code is kept.
+        let answer = Answer::Refused {
+            reason: reason::NONCE_USED,
+            transaction: None,
+        };
+        let receipt = facilitator(None, answer).settle(&request()).await.unwrap();
+        assert_eq!(receipt.error_reason.as_deref(), Some(reason::NONCE_USED));
+    }
+
+    #[tokio::test]
+    async fn an_unknown_outcome_is_an_error_never_a_refusal() {
+        for answer in [Answer::Unknown, Answer::Backend] {
+            let Err(error) = facilitator(None, answer).settle(&request()).await else {
+                panic!("{answer:?} must be an error: the engine's settlement_unknown");
+            };
+            let display = error.to_string();
+            assert!(!display.contains("FiatToken"), "{display}");
+            assert!(!display.contains("SECRETKEY"), "{display}");
+            let FacilitatorError::Other(OtherError(inner)) = &error else {
+                panic!("{error:?}");
+            };
+            let ledger = inner.downcast_ref::<LedgerError>().unwrap();
+            match (answer, ledger) {
+                (
+                    Answer::Unknown,
+                    LedgerError::SettlementUnknown {
+                        transaction: Some(hash),
+                        ..
+                    },
+                ) => assert_eq!(hash, "0xabc"),
+                (Answer::Backend, LedgerError::Backend(_)) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(
+            LedgerError::SettlementUnknown {
+                transaction: None,
+                source: NODE_TEXT.into(),
+            }
+            .to_string(),
+            "the settlement transaction may have been sent; its outcome is unknown"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_dry_run_refusal_answers_a_fixed_message() {
+        let settled = Answer::Refused {
+            reason: reason::TRANSACTION_FAILED,
+            transaction: None,
+        };
+        let verdict = facilitator(Some(NODE_TEXT), settled)
+            .verify(&request())
+            .await
+            .unwrap();
+        shown(&verdict);
+        assert!(!verdict.is_valid);
+        assert_eq!(
+            verdict.invalid_reason.as_deref(),
+            Some(reason::SIMULATION_FAILED)
+        );
+        assert_eq!(
+            verdict.invalid_message.as_deref(),
+            Some("the token refused the transfer in a dry run")
+        );
+        // A reason code from the ledger is kept as the message.
+        let verdict = facilitator(Some(reason::PERMIT2_PROXY_NOT_DEPLOYED), settled)
+            .verify(&request())
+            .await
+            .unwrap();
+        assert_eq!(
+            verdict.invalid_message.as_deref(),
+            Some(reason::PERMIT2_PROXY_NOT_DEPLOYED)
+        );
+        // No dry-run refusal: valid.
+        let verdict = facilitator(None, settled).verify(&request()).await.unwrap();
+        assert!(verdict.is_valid, "{verdict:?}");
+    }
+
+    #[test]
+    fn reason_codes_have_one_shape() {
+        for code in [
+            reason::TRANSACTION_FAILED,
+            reason::UPTO_TRANSACTION_FAILED,
+            reason::PERMIT2_PROXY_NOT_DEPLOYED,
+            reason::UNDEPLOYED_SMART_WALLET,
+        ] {
+            assert!(is_reason_code(code), "{code}");
+        }
+        for text in [
+            "",
+            "nonce too low",
+            "Nonce_too_low",
+            "already-known",
+            "x402: error",
+            NODE_TEXT,
+        ] {
+            assert!(!is_reason_code(text), "{text}");
+        }
+        assert!(!is_reason_code(&"a".repeat(65)));
     }
 }
