@@ -28,6 +28,7 @@ pub struct ActixAdapter;
 
 impl Adapter for ActixAdapter {
     const NAME: &'static str = "actix";
+    const FINISHES_ABANDONED_REQUESTS: bool = true;
 
     async fn serve(listener: TcpListener, engine: Engine, handler: Arc<TestHandler>) {
         let (tx, rx) = oneshot::channel();

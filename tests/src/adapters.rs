@@ -44,6 +44,11 @@ pub trait Adapter: Send + Sync + 'static {
     /// Shown in the scenario count line.
     const NAME: &'static str;
 
+    /// Whether the framework finishes a request whose client hung up
+    /// (actix-web does; hyper drops the request's future). The cancellation
+    /// scenarios assert what each must then guarantee.
+    const FINISHES_ABANDONED_REQUESTS: bool = false;
+
     fn serve(
         listener: TcpListener,
         engine: Engine,

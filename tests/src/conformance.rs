@@ -39,7 +39,10 @@ macro_rules! conformance_tests {
                 s25_hooks_settlement_unknown,
                 s26_hooks_abort,
                 s27_webhook_event_per_outcome,
-                s28_discovery
+                s28_discovery,
+                s29_hang_up_before_verify_answers,
+                s30_hang_up_during_handler,
+                s31_hang_up_during_settlement
             ]
         );
     };

@@ -29,7 +29,13 @@ pub enum HandlerMode {
     Error500 = 1,
     /// 200, a chunked body of [`STREAM_CHUNKS`] sent with pauses.
     Stream = 2,
+    /// 200 JSON, whose body comes only after [`SLOW_BODY`]: a handler
+    /// still at work.
+    Slow = 3,
 }
+
+/// How long a [`HandlerMode::Slow`] handler works before its body comes.
+pub const SLOW_BODY: Duration = Duration::from_millis(800);
 
 /// The chunks of a streaming body.
 pub const STREAM_CHUNKS: [&str; 3] = ["chunk-1;", "chunk-2;", SECRET];
@@ -84,6 +90,7 @@ impl TestHandler {
         match self.mode.load(Ordering::SeqCst) {
             1 => HandlerMode::Error500,
             2 => HandlerMode::Stream,
+            3 => HandlerMode::Slow,
             _ => HandlerMode::Json,
         }
     }
@@ -174,6 +181,19 @@ impl TestHandler {
                 .header("x-handler", "yes")
                 .body(Body::from(HANDLER_ERROR_BODY))
                 .unwrap(),
+            HandlerMode::Slow => {
+                let body = json!({"secret": SECRET, "path": path, "slow": true}).to_string();
+                let stream = futures_util::stream::once(async move {
+                    tokio::time::sleep(SLOW_BODY).await;
+                    Ok::<_, std::io::Error>(Bytes::from(body))
+                });
+                Response::builder()
+                    .status(StatusCode::OK)
+                    .header("content-type", "application/json")
+                    .header("x-handler", "yes")
+                    .body(Body::from_stream(stream))
+                    .unwrap()
+            }
             HandlerMode::Stream => {
                 let stream = futures_util::stream::unfold(0usize, |i| async move {
                     let chunk = STREAM_CHUNKS.get(i)?;

@@ -1,8 +1,8 @@
 //! The conformance scenarios beyond the outcomes table, each generic over an
 //! [`Adapter`](crate::Adapter) and run through the adapter's real server on
 //! 127.0.0.1: `upto` metering (DESIGN §5), prepaid sessions (§6), the replay
-//! race (§4), every lifecycle hook, a signed webhook per outcome (§7), and
-//! discovery. [`conformance_tests!`](crate::conformance_tests) instantiates
+//! race (§4), every lifecycle hook, a signed webhook per outcome (§7),
+//! discovery, and clients that hang up mid-request. [`conformance_tests!`](crate::conformance_tests) instantiates
 //! them beside [`suite`](crate::suite)'s.
 
 use std::time::{Duration, Instant};
@@ -11,6 +11,7 @@ use x402_core::{session::SessionOffer, EngineBuilder, Facilitator, Offer, Route}
 
 use crate::{client::standard_builder, PAY_TO};
 
+pub mod cancellation;
 pub mod discovery;
 pub mod hooks;
 pub mod replay;
@@ -19,6 +20,10 @@ pub mod upto;
 pub mod webhooks;
 
 pub use self::{
+    cancellation::{
+        s29_hang_up_before_verify_answers, s30_hang_up_during_handler,
+        s31_hang_up_during_settlement,
+    },
     discovery::s28_discovery,
     hooks::{
         s22_hooks_settled, s23_hooks_handler_failure, s24_hooks_settlement_refused,
@@ -44,6 +49,9 @@ pub const CAPABILITIES: &[&str] = &[
     "s26_hooks_abort",
     "s27_webhook_event_per_outcome",
     "s28_discovery",
+    "s29_hang_up_before_verify_answers",
+    "s30_hang_up_during_handler",
+    "s31_hang_up_during_settlement",
 ];
 
 /// The metered route: `upto`, ceiling [`CEILING`] atomic units of USDC.

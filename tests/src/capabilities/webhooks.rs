@@ -30,13 +30,13 @@ struct Received {
 
 /// A webhook receiver on 127.0.0.1, verifying every request.
 #[derive(Debug, Clone)]
-struct Receiver {
-    url: String,
+pub(crate) struct Receiver {
+    pub(crate) url: String,
     received: Arc<Mutex<Received>>,
 }
 
 impl Receiver {
-    async fn start(verifier: WebhookVerifier) -> Self {
+    pub(crate) async fn start(verifier: WebhookVerifier) -> Self {
         let received = Arc::new(Mutex::new(Received::default()));
         let state = (verifier, received.clone());
         let app = Router::new()
@@ -52,7 +52,7 @@ impl Receiver {
 
     /// Waits (up to 3 s) until `n` events arrived in total; returns the
     /// ones after the first `seen`.
-    async fn wait_for(&self, seen: usize, n: usize) -> Vec<WebhookEvent> {
+    pub(crate) async fn wait_for(&self, seen: usize, n: usize) -> Vec<WebhookEvent> {
         let deadline = Instant::now() + Duration::from_secs(3);
         loop {
             {
