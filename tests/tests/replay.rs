@@ -633,6 +633,59 @@ async fn late_claim_is_released_so_an_honest_retry_succeeds() {
     assert_eq!(app.calls(), 2);
 }
 
+/// A client that hangs up while its claim is being written: the write lands
+/// after the request is gone, and is released, so the honest retry is
+/// served (not refused as a replay for the claim's lifetime).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_whose_client_hung_up_mid_write_is_released() {
+    let redis = OwnRedis::start().await;
+    let store = RedisClaimStore::connect(&redis.url())
+        .await
+        .unwrap()
+        .with_prefix(unique_prefix("hangup"));
+    // A deadline far beyond the hang-up: the client, not the deadline,
+    // abandons the claim.
+    let app = App::start(ReplayGuard::new(store).deadline(Duration::from_secs(10))).await;
+    let row = app.row().await;
+    let payment = header(&row);
+
+    redis.signal("STOP");
+    let impatient = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let gave_up = impatient
+        .get(format!("{}/paid", app.base))
+        .header("PAYMENT-SIGNATURE", &payment)
+        .send()
+        .await;
+    assert!(
+        gave_up.is_err(),
+        "the client was meant to give up: {gave_up:?}"
+    );
+    assert_eq!(app.calls(), 0);
+
+    // Redis resumes: the SET lands with nobody waiting for it.
+    redis.signal("CONT");
+    let resumed = Instant::now();
+    let retry = loop {
+        let reply = app.get("/paid", Some(&payment)).await;
+        if reply.status != 402 {
+            break reply;
+        }
+        assert_eq!(reply.challenge_error(), "payment_replayed");
+        assert!(
+            resumed.elapsed() < Duration::from_secs(3),
+            "the abandoned claim was never released"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    retry.assert_status(200);
+    assert_eq!(app.calls(), 1);
+    assert_eq!(app.standin.settle_calls(), 1);
+}
+
 // ---------------------------------------------------------------------------
 // 5. Handler failure releases the claim
 // ---------------------------------------------------------------------------

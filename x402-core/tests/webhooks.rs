@@ -718,7 +718,11 @@ impl FlakyStore {
 
 #[async_trait::async_trait]
 impl SessionStore for FlakyStore {
-    async fn open(&self, token: &TokenHash, record: SessionRecord) -> Result<(), SessionStoreError> {
+    async fn open(
+        &self,
+        token: &TokenHash,
+        record: SessionRecord,
+    ) -> Result<(), SessionStoreError> {
         if self.opens.fetch_add(1, Ordering::SeqCst) < self.failures {
             return Err(SessionStoreError::Backend("injected: store down".into()));
         }
@@ -775,7 +779,11 @@ async fn a_session_that_cannot_be_stored_is_reported_to_buyer_and_seller() {
     assert!(!headers.contains_key("x-payment-session"));
     assert_eq!(headers["x-payment-session-error"], "session_open_failed");
     assert!(store.opens.load(Ordering::SeqCst) >= 2, "retried");
-    assert_eq!(store.closes.load(Ordering::SeqCst), 1, "a late write is undone");
+    assert_eq!(
+        store.closes.load(Ordering::SeqCst),
+        1,
+        "a late write is undone"
+    );
 
     // The seller gets the event...
     let got = rx.wait_for(2, Duration::from_secs(5)).await;
@@ -791,7 +799,10 @@ async fn a_session_that_cannot_be_stored_is_reported_to_buyer_and_seller() {
     assert_eq!(failed.data.transaction, TX);
     assert_eq!(failed.data.amount.to_string(), "50000");
     assert_eq!(failed.data.payer.as_deref(), Some(PAYER));
-    assert_eq!(failed.data.error_reason.as_deref(), Some("session_open_failed"));
+    assert_eq!(
+        failed.data.error_reason.as_deref(),
+        Some("session_open_failed")
+    );
     assert_eq!(failed.data.extra["sessionOffer"], "pack-10");
     assert_eq!(failed.data.extra["calls"], 10);
     // ...and a dead letter waits for it, whether or not that was delivered.

@@ -719,11 +719,7 @@ pub async fn app(config: Config) -> Result<(Router, AppState), Error> {
         .with_state(state.clone())
         // What agents and catalogues read: every paid route with its offers
         // and session offers, generated from the same route table.
-        .merge(
-            Discovery::new(engine)
-                .openapi(openapi_info())
-                .into_router(),
-        )
+        .merge(Discovery::new(engine).openapi(openapi_info()).into_router())
         // Prometheus counters of challenges, payments, settlements and
         // sessions. This server binds 127.0.0.1 by default; keep /metrics off
         // the public internet if you change that.

@@ -34,9 +34,8 @@ const PATIENT: Duration = Duration::from_secs(10);
 async fn hang_up_after(f: &Fixture, path: &str, payment: &str, after: Duration) {
     let authority = f.base.trim_start_matches("http://");
     let mut stream = TcpStream::connect(authority).await.unwrap();
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nPAYMENT-SIGNATURE: {payment}\r\n\r\n"
-    );
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nPAYMENT-SIGNATURE: {payment}\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
     tokio::time::sleep(after).await;
     drop(stream);
@@ -59,8 +58,8 @@ async fn assert_replay_refused(f: &Fixture, path: &str, payment: &str) {
 /// the request runs to its end (served once, settled once), and the resend
 /// is a replay.
 pub async fn s29_hang_up_before_verify_answers<A: Adapter>() {
-    let f = Fixture::with_engine::<A>(|s| standard_builder(s.facilitator_with_timeout(PATIENT)))
-        .await;
+    let f =
+        Fixture::with_engine::<A>(|s| standard_builder(s.facilitator_with_timeout(PATIENT))).await;
     let row = f.first_row("/paid").await;
     let payment = payment::v2_header(&row);
     f.standin.set_verify(VerifyMode::Slow);
@@ -71,7 +70,12 @@ pub async fn s29_hang_up_before_verify_answers<A: Adapter>() {
     assert_eq!(f.standin.verify_calls(), 1);
 
     if A::FINISHES_ABANDONED_REQUESTS {
-        eventually_eq(|| f.standin.settle_calls(), 1, "the finished request settled").await;
+        eventually_eq(
+            || f.standin.settle_calls(),
+            1,
+            "the finished request settled",
+        )
+        .await;
         f.handler.assert_calls(1);
         assert_replay_refused(&f, "/paid", &payment).await;
         return;
@@ -130,7 +134,13 @@ pub async fn s31_hang_up_during_settlement<A: Adapter>() {
     f.standin.set_settle(SettleMode::Slow);
 
     // Verified and served well within this; then settling for SLOW_DELAY.
-    hang_up_after(&f, super::SESSION_PATH, &payment, Duration::from_millis(700)).await;
+    hang_up_after(
+        &f,
+        super::SESSION_PATH,
+        &payment,
+        Duration::from_millis(700),
+    )
+    .await;
     f.handler.assert_calls(1);
     assert_eq!(f.standin.settle_calls(), 1, "the settlement was under way");
 

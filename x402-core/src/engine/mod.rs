@@ -2,14 +2,16 @@
 //! receipt, framework-neutral.
 //!
 //! The engine takes a request's method, URI and headers and returns a
-//! [`Decision`]; after the handler ran it takes the handler's status and
-//! headers and returns what to send. Adapters (`x402-tower`, `x402-axum`,
-//! `x402-actix`) only translate; an integrator can drive the engine from any
-//! other stack the same way:
+//! [`Decision`]; for a paid request it then takes the handler's result and
+//! returns what to send ([`PaidRequest::finish`]): the handler's response
+//! with its receipt, or the engine's answer instead. Everything in between
+//! (settling before or after the handler, holding the body, releasing a
+//! failed call, surviving a client that hangs up) is decided here. Adapters
+//! (`x402-tower`, `x402-axum`, `x402-actix`) only translate; an integrator
+//! can drive the engine from any other stack the same way:
 //!
 //! ```
-//! use std::sync::Arc;
-//! use x402_core::engine::{Completion, Decision, Engine};
+//! use x402_core::engine::{Decision, Engine, Reply};
 //! use x402_core::route::{Offer, RequestView, Route};
 //! # use x402_core::facilitator::{Facilitator, FacilitatorError};
 //! # use x402_core::proto::*;
@@ -19,6 +21,7 @@
 //! #   async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
 //! #   async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> { Ok(Default::default()) }
 //! # }
+//! # async fn handler(_: &x402_core::VerifiedPayment) -> Result<http::Response<String>, std::convert::Infallible> { Ok(http::Response::new(String::new())) }
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let engine = Engine::builder(Nobody)
 //!     .route(Route::get("/report").offer(Offer::exact(
@@ -34,16 +37,21 @@
 //!     Decision::Pass => { /* not protected: run the handler */ }
 //!     Decision::Respond(response) => assert_eq!(response.status(), 402),
 //!     Decision::Paid(paid) => {
-//!         // run the handler, then:
-//!         let mut headers = http::HeaderMap::new();
-//!         match paid.complete(http::StatusCode::OK, &mut headers).await {
-//!             Completion::Deliver => { /* send the handler's response with `headers` */ }
-//!             Completion::Replace(response) => { /* send this instead */ let _ = response; }
+//!         // Run the handler with the payment, then let the engine finish.
+//!         let result = handler(paid.payment()).await;
+//!         match paid.finish(result).await? {
+//!             Reply::Handler(response) => { /* send it: the receipt is in its headers */ let _ = response; }
+//!             Reply::Engine(response) => { /* send this instead */ let _ = response; }
 //!         }
 //!     }
 //! }
 //! # Ok(()) }
 //! ```
+//!
+//! Once a settlement starts it runs to completion on a task of its own (see
+//! [`Engine::drain`] for shutdown). A client that hangs up while its handler
+//! runs is not charged, and keeps its claim
+//! ([`EngineBuilder::release_claims_on_hang_up`]).
 
 use std::{fmt, sync::Arc, time::Duration};
 

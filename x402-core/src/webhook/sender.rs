@@ -626,7 +626,8 @@ impl PaymentHooks for WebhookHooks {
         data.extra.insert("calls".into(), failure.calls.into());
         data.extra
             .insert("scope".into(), failure.scope.clone().into());
-        data.extra.insert("attempts".into(), failure.attempts.into());
+        data.extra
+            .insert("attempts".into(), failure.attempts.into());
         let event = WebhookEvent::new(EventType::SessionOpenFailed, data);
         // Kept among the dead letters too, where it waits for the seller
         // whether or not the event is delivered.
