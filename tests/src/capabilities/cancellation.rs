@@ -16,7 +16,9 @@ use std::time::Duration;
 use tokio::{io::AsyncWriteExt, net::TcpStream};
 use x402_core::webhook::{EventType, WebhookSecret, WebhookVerifier, Webhooks};
 
-use super::{capability_builder, eventually_eq, sessions::session_row, webhooks::Receiver};
+use super::{
+    capability_builder, eventually_eq, hooks::Recorder, sessions::session_row, webhooks::Receiver,
+};
 use crate::{
     client::{self, standard_builder},
     handler::{HandlerMode, SLOW_BODY},
@@ -94,7 +96,10 @@ pub async fn s29_hang_up_before_verify_answers<A: Adapter>() {
 /// claim is kept: the same payment cannot start the handler again by
 /// hanging up each time.
 pub async fn s30_hang_up_during_handler<A: Adapter>() {
-    let f = Fixture::new::<A>().await;
+    let f = Fixture::with_engine_and_log::<A>(|s, log| {
+        standard_builder(s.facilitator()).hooks(Recorder(log.clone()))
+    })
+    .await;
     let row = f.first_row("/paid").await;
     let payment = payment::v2_header(&row);
     f.handler.set_mode(HandlerMode::Slow);
@@ -105,6 +110,19 @@ pub async fn s30_hang_up_during_handler<A: Adapter>() {
     let settled = usize::from(A::FINISHES_ABANDONED_REQUESTS);
     eventually_eq(|| f.standin.settle_calls(), settled, "/settle calls").await;
     f.standin.assert_calls(1, settled);
+    // Hooks are told how it ended: unsettled with the claim kept, or (the
+    // request finished) settled.
+    let ending = if A::FINISHES_ABANDONED_REQUESTS {
+        "hook:after_settle ok"
+    } else {
+        "hook:on_payment_canceled ClientGone { keep_claim: true }"
+    };
+    eventually_eq(
+        || f.events.events().iter().any(|e| e == ending),
+        true,
+        ending,
+    )
+    .await;
 
     f.handler.set_mode(HandlerMode::Json);
     assert_replay_refused(&f, "/paid", &payment).await;
@@ -125,8 +143,10 @@ pub async fn s31_hang_up_during_settlement<A: Adapter>() {
         .unwrap();
     let _worker = webhooks.start();
     let hooks = webhooks.hooks();
-    let f = Fixture::with_engine::<A>(|s| {
-        capability_builder(s.facilitator_with_timeout(PATIENT)).hooks(hooks)
+    let f = Fixture::with_engine_and_log::<A>(|s, log| {
+        capability_builder(s.facilitator_with_timeout(PATIENT))
+            .hooks(hooks)
+            .hooks(Recorder(log.clone()))
     })
     .await;
     let row = session_row(&f).await;
@@ -158,6 +178,13 @@ pub async fn s31_hang_up_during_settlement<A: Adapter>() {
     assert_eq!(events[0].data.transaction, TX_HASH);
     assert_eq!(events[1].data.extra["sessionOffer"], super::SESSION_OFFER);
     f.standin.assert_calls(1, 1);
+    let log = f.events.events();
+    assert!(log.iter().any(|e| e == "hook:after_settle ok"), "{log:?}");
+    assert!(
+        log.iter()
+            .any(|e| e.starts_with("hook:on_session_opened") && e.contains(TX_HASH)),
+        "{log:?}"
+    );
 
     f.standin.set_settle(SettleMode::Success);
     assert_replay_refused(&f, super::SESSION_PATH, &payment).await;
