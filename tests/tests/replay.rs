@@ -566,6 +566,28 @@ async fn redis_down_refuses_payments_fast_and_recovers_without_restart() {
 // 4. Redis stalled past the deadline, then resumed
 // ---------------------------------------------------------------------------
 
+/// Resends `payment` until it is not refused as a replay: a retry that races
+/// the background release of a late claim is refused (harmlessly: nothing
+/// runs, nothing settles), and must succeed within 3 s. The reply and the
+/// attempts it took.
+async fn retry_until_released(app: &App, payment: &str) -> (Reply, u32) {
+    let started = Instant::now();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let reply = app.get("/paid", Some(payment)).await;
+        if reply.status != 402 {
+            return (reply, attempts);
+        }
+        assert_eq!(reply.challenge_error(), "payment_replayed");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "the late claim was never released ({attempts} attempts)"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn late_claim_is_released_so_an_honest_retry_succeeds() {
     let redis = OwnRedis::start().await;
@@ -600,23 +622,8 @@ async fn late_claim_is_released_so_an_honest_retry_succeeds() {
     redis.signal("CONT");
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    // A retry that races the background release is refused as a replay
-    // (harmlessly: nothing runs, nothing settles); it must succeed soon.
     let resumed = Instant::now();
-    let mut attempts = 0;
-    let retry = loop {
-        attempts += 1;
-        let reply = app.get("/paid", Some(&payment)).await;
-        if reply.status != 402 {
-            break reply;
-        }
-        assert_eq!(reply.challenge_error(), "payment_replayed");
-        assert!(
-            resumed.elapsed() < Duration::from_secs(3),
-            "the late claim was never released ({attempts} attempts)"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let (retry, attempts) = retry_until_released(&app, &payment).await;
     println!(
         "honest retry after redis resumed (+500 ms pause): {} ms, {attempts} attempt(s)",
         resumed.elapsed().as_millis()
@@ -668,19 +675,7 @@ async fn a_claim_whose_client_hung_up_mid_write_is_released() {
 
     // Redis resumes: the SET lands with nobody waiting for it.
     redis.signal("CONT");
-    let resumed = Instant::now();
-    let retry = loop {
-        let reply = app.get("/paid", Some(&payment)).await;
-        if reply.status != 402 {
-            break reply;
-        }
-        assert_eq!(reply.challenge_error(), "payment_replayed");
-        assert!(
-            resumed.elapsed() < Duration::from_secs(3),
-            "the abandoned claim was never released"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let (retry, _) = retry_until_released(&app, &payment).await;
     retry.assert_status(200);
     assert_eq!(app.calls(), 1);
     assert_eq!(app.standin.settle_calls(), 1);

@@ -14,13 +14,13 @@
 use std::time::Duration;
 
 use tokio::{io::AsyncWriteExt, net::TcpStream};
-use x402_core::webhook::{EventType, WebhookSecret, WebhookVerifier, Webhooks};
+use x402_core::webhook::EventType;
 
 use super::{
     capability_builder, eventually_eq, hooks::Recorder, sessions::session_row, webhooks::Receiver,
 };
 use crate::{
-    client::{self, standard_builder},
+    client::standard_builder,
     handler::{HandlerMode, SLOW_BODY},
     payment,
     standin::{SettleMode, VerifyMode, SLOW_DELAY},
@@ -134,13 +134,7 @@ pub async fn s30_hang_up_during_handler<A: Adapter>() {
 /// its `payment.settled` and `session.opened` events, and the payment
 /// stays claimed.
 pub async fn s31_hang_up_during_settlement<A: Adapter>() {
-    let secret = WebhookSecret::generate();
-    let receiver = Receiver::start(WebhookVerifier::new([secret.clone()])).await;
-    let webhooks = Webhooks::builder(receiver.url.clone(), [secret])
-        .client(client::client())
-        .poll_interval(Duration::from_millis(10))
-        .build()
-        .unwrap();
+    let (receiver, webhooks) = Receiver::with_webhooks().await;
     let _worker = webhooks.start();
     let hooks = webhooks.hooks();
     let f = Fixture::with_engine_and_log::<A>(|s, log| {

@@ -36,6 +36,19 @@ pub(crate) struct Receiver {
 }
 
 impl Receiver {
+    /// A receiver, and webhooks signing for it with a fresh secret (their
+    /// worker not started).
+    pub(crate) async fn with_webhooks() -> (Self, Webhooks) {
+        let secret = WebhookSecret::generate();
+        let receiver = Self::start(WebhookVerifier::new([secret.clone()])).await;
+        let webhooks = Webhooks::builder(receiver.url.clone(), [secret])
+            .client(client::client())
+            .poll_interval(Duration::from_millis(10))
+            .build()
+            .unwrap();
+        (receiver, webhooks)
+    }
+
     pub(crate) async fn start(verifier: WebhookVerifier) -> Self {
         let received = Arc::new(Mutex::new(Received::default()));
         let state = (verifier, received.clone());
@@ -126,13 +139,7 @@ async fn pay(f: &Fixture, path: &str, row: &serde_json::Value) -> crate::Reply {
 /// `payment.settlement_unknown`, `session.opened`; each verified by the
 /// receiver and its data compared.
 pub async fn s27_webhook_event_per_outcome<A: Adapter>() {
-    let secret = WebhookSecret::generate();
-    let receiver = Receiver::start(WebhookVerifier::new([secret.clone()])).await;
-    let webhooks = Webhooks::builder(receiver.url.clone(), [secret])
-        .client(client::client())
-        .poll_interval(Duration::from_millis(10))
-        .build()
-        .unwrap();
+    let (receiver, webhooks) = Receiver::with_webhooks().await;
     let worker = webhooks.start();
     let hooks = webhooks.hooks();
     let f =
