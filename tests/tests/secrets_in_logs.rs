@@ -537,9 +537,6 @@ async fn actix_hosted_facilitator_run_shows_no_secret() {
 async fn start_up_errors_show_no_secret() {
     let logs = capture();
     let secrets = Secrets::new("start-up");
-    // The chain attempt's secrets are checked in its error and `Debug`
-    // output only: the node URL reaches alloy's DEBUG spans (see
-    // `chain_rpc_url_stays_out_of_logs`).
     let chain_secrets = Secrets::new("start-up-chain");
     let mut shown = Vec::new();
     let mut chain_shown = Vec::new();
@@ -591,21 +588,18 @@ async fn start_up_errors_show_no_secret() {
     secrets.assert_absent("errors and Debug output", &shown);
     chain_secrets.assert_absent("the chain error and Debug output", &chain_shown);
     secrets.assert_absent("log lines", &logs.lines());
+    chain_secrets.assert_absent("log lines", &logs.lines());
 }
 
 /// The in-process facilitator on a chain (`EVM_RPC_URL` with credentials, a
 /// key in the path and the query, `FACILITATOR_EVM_PRIVATE_KEY`): start, 402,
 /// a paid call the node cannot serve.
 ///
-/// Ignored: it fails. alloy's HTTP transport (`alloy-transport-http`) opens a
-/// DEBUG span `ReqwestTransport` with the full node URL for every request,
-/// and `x402_core::local::ChainLedger::new` builds its provider on that
-/// transport, so any subscriber that shows DEBUG spans of
-/// `alloy_transport_http` prints the RPC URL's userinfo, path and query.
-/// Run with `cargo test -p x402-tests --test secrets_in_logs -- --ignored`
-/// once `ChainLedger` no longer hands the raw URL to that transport.
+/// alloy's HTTP transport (`alloy-transport-http`) records the full node URL
+/// in a DEBUG span on every request; `x402_core::local::ChainLedger` talks to
+/// http(s) nodes over its own transport, which names the node by scheme and
+/// host only.
 #[tokio::test]
-#[ignore = "alloy-transport-http logs the full RPC URL in a DEBUG span (x402-core local/chain.rs)"]
 async fn chain_rpc_url_stays_out_of_logs() {
     let logs = capture();
     let secrets = Secrets::new("chain");

@@ -1,19 +1,24 @@
 //! The chain ledger: settles over JSON-RPC with alloy.
 
-use std::{fmt, time::Duration};
+use std::{fmt, net::SocketAddr, time::Duration};
 
 use alloy_network::{
     eip2718::Encodable2718, EthereumWallet, NetworkTransactionBuilder, TransactionBuilder,
 };
 use alloy_primitives::{Address, Bytes, B256, U256};
 use alloy_provider::{transport::RpcError, DynProvider, Provider, ProviderBuilder};
+use alloy_rpc_client::ClientBuilder;
 use alloy_rpc_types_eth::{TransactionReceipt, TransactionRequest};
 use alloy_signer_local::PrivateKeySigner;
 use alloy_sol_types::{SolCall, SolEvent};
 use async_trait::async_trait;
+use reqwest::Url;
 use tokio::sync::Mutex;
 
-use super::{reason, Ledger, LedgerError, LedgerState, Permit2Transfer, Transfer, TransferOutcome};
+use super::{
+    reason, transport::HttpTransport, Ledger, LedgerError, LedgerState, Permit2Transfer, Transfer,
+    TransferOutcome,
+};
 use crate::{
     evm::{EXACT_PERMIT2_PROXY, PERMIT2_ADDRESS, UPTO_PERMIT2_PROXY},
     network,
@@ -153,6 +158,27 @@ const RECEIPT_POLL: Duration = Duration::from_millis(100);
 ///
 /// The ledger serves the one chain its RPC endpoint reports.
 ///
+/// # The RPC URL in logs and errors
+///
+/// Node URLs often carry an API key (in the path, the query or the
+/// userinfo). With an `http://` or `https://` URL (or `localhost:PORT`, or a
+/// bare `IP:PORT`, read as `http://`), the ledger talks to the node over its
+/// own HTTP transport, which names the node as `scheme://host[:port]` only,
+/// in its `tracing` spans and events (DEBUG and TRACE, target
+/// `x402_core::local::transport`) and in its errors; userinfo is sent as
+/// HTTP basic authentication. (alloy's HTTP transport, which it replaces,
+/// records the full URL in a DEBUG span on every request.)
+///
+/// A `ws://` or `wss://` URL goes to alloy's own connection, which this
+/// crate builds without WebSocket support: it is refused as
+/// [`ChainLedgerError::InvalidUrl`] unless the application enables the
+/// `ws` feature of `alloy-provider` itself. alloy's WebSocket transport
+/// (`alloy-transport-ws`, as read at 2.4) puts no URL in its spans or
+/// events, but its reconnect loop logs connection errors (at WARN and ERROR)
+/// in the WebSocket library's words, which this crate cannot cut down (the
+/// ledger's own errors still name the node by scheme and host only); prefer
+/// `https://` for a URL that carries a secret.
+///
 /// It also settles Permit2 witness transfers (`upto`, and `exact` over
 /// Permit2) when Permit2 has code at its canonical address
 /// ([`PERMIT2_ADDRESS`]) on the chain when the ledger is created: it reads the
@@ -215,7 +241,7 @@ pub enum ChainLedgerError {
 }
 
 /// `scheme://host[:port]` of a URL, without path, query or credentials.
-fn redact(url: &str) -> String {
+pub(super) fn redact(url: &str) -> String {
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
     let host = rest.split(['/', '?', '#']).next().unwrap_or("");
     let host = host.rsplit('@').next().unwrap_or("");
@@ -277,6 +303,20 @@ impl fmt::Display for RpcFailure {
 
 impl std::error::Error for RpcFailure {}
 
+/// `rpc_url` as an `http` or `https` URL, for [`HttpTransport`]; `None` for
+/// any other scheme or text that is no URL. Like alloy's connection strings,
+/// `localhost:PORT` and a bare socket address mean plain http.
+fn http_url(rpc_url: &str) -> Option<Url> {
+    let rpc_url = rpc_url.trim();
+    let url = if rpc_url.starts_with("localhost:") || rpc_url.parse::<SocketAddr>().is_ok() {
+        Url::parse(&format!("http://{rpc_url}"))
+    } else {
+        Url::parse(rpc_url)
+    };
+    url.ok()
+        .filter(|url| matches!(url.scheme(), "http" | "https") && url.has_host())
+}
+
 fn backend(e: impl std::error::Error + 'static) -> LedgerError {
     LedgerError::Backend(Box::new(RpcFailure::new(&e)))
 }
@@ -286,9 +326,11 @@ fn rpc(e: impl std::error::Error + 'static) -> ChainLedgerError {
 }
 
 impl ChainLedger {
-    /// Connects to the node at `rpc_url` (http, https or ws) with the
-    /// facilitator's `private_key` (`0x` and 64 hex digits) and reads the
-    /// chain id.
+    /// Connects to the node at `rpc_url` (`http://` or `https://`; `ws://`
+    /// and `wss://` only with alloy's WebSocket support enabled, see
+    /// [the RPC URL in logs](ChainLedger#the-rpc-url-in-logs-and-errors))
+    /// with the facilitator's `private_key` (`0x` and 64 hex digits) and
+    /// reads the chain id.
     pub async fn new(rpc_url: &str, private_key: &str) -> Result<Self, ChainLedgerError> {
         let hex = private_key.trim();
         let hex = hex.strip_prefix("0x").unwrap_or(hex);
@@ -297,16 +339,26 @@ impl ChainLedger {
             PrivateKeySigner::from_bytes(&bytes).map_err(|_| ChainLedgerError::InvalidKey)?;
         let address = signer.address();
         let wallet = EthereumWallet::from(signer);
-        let provider = ProviderBuilder::new()
+        let builder = ProviderBuilder::new()
             .disable_recommended_fillers()
             .with_gas_estimation()
             .with_simple_nonce_management()
             .fetch_chain_id()
-            .wallet(wallet.clone())
-            .connect(rpc_url)
-            .await
-            .map_err(|_| ChainLedgerError::InvalidUrl)?
-            .erased();
+            .wallet(wallet.clone());
+        let provider = match http_url(rpc_url) {
+            Some(url) => {
+                let transport = HttpTransport::new(url).map_err(rpc)?;
+                let is_local = transport.is_local();
+                let client = ClientBuilder::default().transport(transport, is_local);
+                builder.connect_client(client).erased()
+            }
+            // ws://, wss:// and the rest: alloy's own connection string.
+            None => builder
+                .connect(rpc_url)
+                .await
+                .map_err(|_| ChainLedgerError::InvalidUrl)?
+                .erased(),
+        };
         let chain_id = provider.get_chain_id().await.map_err(rpc)?;
         let has_code = |address: Address| {
             let provider = provider.clone();
@@ -939,6 +991,33 @@ mod tests {
             "https://rpc.example"
         );
         assert_eq!(redact("http://127.0.0.1:8545"), "http://127.0.0.1:8545");
+    }
+
+    #[test]
+    fn http_urls_and_bare_addresses_get_the_redacting_transport() {
+        let http = |s: &str| http_url(s).map(String::from);
+        assert_eq!(
+            http(" https://rpc.example/v2/KEY?x=1 ").as_deref(),
+            Some("https://rpc.example/v2/KEY?x=1")
+        );
+        assert_eq!(
+            http("localhost:8545").as_deref(),
+            Some("http://localhost:8545/")
+        );
+        assert_eq!(
+            http("127.0.0.1:8545").as_deref(),
+            Some("http://127.0.0.1:8545/")
+        );
+        assert_eq!(http("[::1]:8545").as_deref(), Some("http://[::1]:8545/"));
+        for other in [
+            "ws://127.0.0.1:8546",
+            "wss://node.example/KEY",
+            "/tmp/geth.ipc",
+            "",
+            "http://",
+        ] {
+            assert_eq!(http(other), None, "{other:?}");
+        }
     }
 
     #[test]

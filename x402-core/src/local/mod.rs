@@ -138,6 +138,8 @@ use crate::{
 mod chain;
 mod dev;
 mod permit2;
+#[cfg(feature = "chain")]
+mod transport;
 
 #[cfg(feature = "chain")]
 #[cfg_attr(docsrs, doc(cfg(feature = "chain")))]
