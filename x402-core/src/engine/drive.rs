@@ -103,6 +103,7 @@ impl fmt::Debug for Pending {
 }
 
 impl<'a> Processing<'a> {
+    #[inline]
     pub(super) fn decided(decision: Decision) -> Self {
         Self {
             state: State::Decided(decision),
@@ -127,6 +128,7 @@ impl<'a> Processing<'a> {
 
     /// The decision, if it needs no waiting; else the [`Pending`] rest,
     /// which owns no part of the request.
+    #[inline]
     pub fn now(self) -> Now {
         match self.state {
             State::Decided(decision) => Now::Decided(decision),

@@ -797,6 +797,7 @@ impl Guard {
     }
 
     /// As [`Engine::process`].
+    #[inline]
     pub fn process<'a>(&self, request: RequestView<'a>) -> Processing<'a> {
         match self {
             Self::Table(engine) => engine.process(request),
