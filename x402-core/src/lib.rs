@@ -20,6 +20,7 @@ pub mod money;
 pub mod network;
 pub mod paywall;
 pub mod proto;
+mod refusal;
 pub mod rejection;
 pub mod route;
 pub mod session;

@@ -208,7 +208,6 @@ mod tests {
             "abc",
             "-1",
             "1e3",
-            "50",
             "%",
             "101%",
             "33.333%",
@@ -218,9 +217,6 @@ mod tests {
             "0x10",
             "NaN",
         ] {
-            if bad == "50" {
-                continue;
-            }
             assert!(p(bad).is_err(), "{bad:?}");
         }
     }

@@ -279,7 +279,7 @@ mod enabled {
 
 // What the engine calls. Every function is empty without the feature.
 
-use crate::{engine::Refusal, money::AtomicAmount, proto::SettleResponse};
+use crate::{money::AtomicAmount, proto::SettleResponse, refusal::Refusal};
 
 /// The series of one route that its hot path counts, built once.
 #[derive(Debug)]

@@ -1,0 +1,532 @@
+//! Deciding a protected request: hooks, sessions, verification, claims.
+
+use super::*;
+
+impl Engine {
+    /// The waiting part of [`process`](Self::process), for a request to
+    /// `compiled` that [`challenge_now`](Self::challenge_now) could not
+    /// answer.
+    pub(super) async fn process_route(
+        &self,
+        compiled: &Arc<CompiledRoute>,
+        request: RequestView<'_>,
+    ) -> Decision {
+        let route = &compiled.route;
+
+        let ctx = RequestContext {
+            request,
+            route: route.pattern(),
+        };
+        for hook in &self.inner.hooks {
+            match hook.on_protected_request(&ctx).await {
+                Ok(ProtectedRequest::Continue) => {}
+                Ok(ProtectedRequest::GrantAccess) => return Decision::Pass,
+                Ok(ProtectedRequest::Refuse { status, reason }) => {
+                    return Decision::Respond(response::refusal_response(
+                        &Refusal::Forbidden { status, reason },
+                        None,
+                        None,
+                        None,
+                    ))
+                }
+                Err(e) => return Decision::Respond(hook_error_response(&e)),
+            }
+        }
+
+        // The engine's future is allocated for every protected request: the
+        // rarer, larger steps (first resolution, dynamic pricing, session
+        // redemption, verification) are boxed so that it stays small.
+        let ready = match &route.pricing {
+            Pricing::Static(_) => compiled.resolved.get().cloned().map(Some),
+            Pricing::Dynamic(_) => None,
+        };
+        let offers = match ready {
+            Some(resolved) => Ok(resolved),
+            None => Box::pin(self.offers(compiled, &request)).await,
+        };
+        let resolved = match offers {
+            Ok(Some(resolved)) => resolved,
+            Ok(None) => return Decision::Pass,
+            Err(refusal) => {
+                crate::metrics::refusal(route.pattern(), &refusal);
+                return Decision::Respond(response::refusal_response(&refusal, None, None, None));
+            }
+        };
+
+        // Payment header: v2 wins when both are sent; the version inside decides.
+        let header = request
+            .headers
+            .get(codec::PAYMENT_SIGNATURE)
+            .or_else(|| request.headers.get(codec::X_PAYMENT));
+
+        // A prepaid session call needs no payment.
+        let mut session_refusal = None;
+        if let (Some(scope), Some(token)) =
+            (resolved.scope(), request.headers.get(X_PAYMENT_SESSION))
+        {
+            match Box::pin(self.redeem(compiled, &resolved, scope, token)).await {
+                Ok(paid) => return Decision::Paid(paid),
+                Err(Refusal::Unavailable {
+                    reason,
+                    retry_after,
+                }) => {
+                    let refusal = Refusal::Unavailable {
+                        reason,
+                        retry_after,
+                    };
+                    crate::metrics::refusal(route.pattern(), &refusal);
+                    return Decision::Respond(response::refusal_response(
+                        &refusal, None, None, None,
+                    ));
+                }
+                // A buyer that also sent a payment pays instead.
+                Err(refusal) => session_refusal = Some(refusal),
+            }
+        }
+
+        // A bazaar declaration is enriched per request, so it skips the
+        // pre-encoded challenge.
+        let bazaar = resolved
+            .extensions
+            .contains_key(crate::discovery::bazaar::BAZAAR);
+        if header.is_none() && session_refusal.is_none() {
+            let url = RequestUrl::of(&self.inner.origin, &request);
+            if let Some(response) = ready_challenge(compiled, &resolved, &request, url) {
+                return Decision::Respond(response);
+            }
+        }
+        let resource = match &resolved.fixed {
+            Some((resource, _)) => resource.clone(),
+            None => resource_for(route, RequestUrl::of(&self.inner.origin, &request)),
+        };
+        let enriched = bazaar.then(|| enrich_bazaar(route, &request, &resolved.extensions));
+        let Some(header) = header else {
+            let mut parts = self.parts(route, &resource, &resolved);
+            if let Some(extensions) = &enriched {
+                parts.extensions = extensions;
+            }
+            if let Some(refusal) = session_refusal {
+                crate::metrics::refusal(route.pattern(), &refusal);
+                return Decision::Respond(response::refusal_response(
+                    &refusal,
+                    Some(&parts),
+                    None,
+                    None,
+                ));
+            }
+            compiled.series.payment_required();
+            let encoded = if enriched.is_some() {
+                // Enriched per request: nothing to reuse.
+                parts.encode(Refusal::PaymentRequired.reason(), None)
+            } else if let Some((_, encoded)) = &resolved.fixed {
+                Some(encoded.clone())
+            } else {
+                resolved.payment_required(&parts)
+            };
+            let Some(encoded) = encoded else {
+                return Decision::Respond(response::refusal_response(
+                    &Refusal::Internal,
+                    None,
+                    None,
+                    None,
+                ));
+            };
+            if response::is_browser(request.headers) {
+                return Decision::Respond(response::paywall_response(
+                    &parts,
+                    &encoded,
+                    &*self.inner.paywall,
+                ));
+            }
+            return Decision::Respond(response::challenge_response(&encoded));
+        };
+        Box::pin(self.pay(compiled, resolved, resource, enriched, header)).await
+    }
+
+    /// The payment half of [`process`](Self::process), boxed there to keep
+    /// the 402 path's future small: decode, match, verify, after-verify
+    /// hooks (claims).
+    pub(super) async fn pay(
+        &self,
+        compiled: &Arc<CompiledRoute>,
+        resolved: Arc<Resolved>,
+        resource: v2::ResourceInfo,
+        enriched: Option<JsonObject>,
+        header: &HeaderValue,
+    ) -> Decision {
+        let route = &compiled.route;
+        let mut parts = self.parts(route, &resource, &resolved);
+        if let Some(extensions) = &enriched {
+            parts.extensions = extensions;
+        }
+        let refuse = |refusal: Refusal, version: Option<X402Version>, payer: Option<&str>| {
+            crate::metrics::refusal(route.pattern(), &refusal);
+            Decision::Respond(response::refusal_response(
+                &refusal,
+                Some(&parts),
+                version,
+                payer,
+            ))
+        };
+
+        let payload = match codec::decode_payment(header.as_bytes(), self.inner.max_header_bytes) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!(error = %e, "x402: unreadable payment header");
+                return refuse(Refusal::InvalidHeader(e.reason()), None, None);
+            }
+        };
+        let version = payload.version();
+
+        let Some(matched) = find_match(&resolved, &payload) else {
+            return refuse(Refusal::NoMatchingRequirements, Some(version), None);
+        };
+        let offer = matched.offer;
+        if !matching::transfer_method_matches(&offer.requirements, payload.payload()) {
+            tracing::debug!("x402: payment's transfer method is not the one offered");
+            return refuse(Refusal::NoMatchingRequirements, Some(version), None);
+        }
+
+        // The facilitator always gets the server's own requirement.
+        let requirements = match version {
+            X402Version::V2 => PaymentRequirements::V2((*offer.requirements).clone()),
+            X402Version::V1 => match crate::challenge::v1_row(
+                &offer.requirements,
+                &resource,
+                route.output_schema.as_ref(),
+            ) {
+                Some(row) => PaymentRequirements::V1(row),
+                None => return refuse(Refusal::NoMatchingRequirements, Some(version), None),
+            },
+        };
+        let Some(request_body) = FacilitatorRequest::new(payload, requirements) else {
+            return refuse(Refusal::NoMatchingRequirements, Some(version), None);
+        };
+
+        let network = offer.requirements.network.clone();
+        let pctx = PaymentContext {
+            route: route.pattern(),
+            payload: &request_body.payment_payload,
+            requirements: &request_body.payment_requirements,
+            network: &network,
+        };
+
+        let scheme = offer.requirements.scheme.as_str();
+        let span = tracing::info_span!("x402.verify", network = %network, scheme, payer = tracing::field::Empty);
+        let verdict = match Box::pin(self.verify(&pctx, &request_body))
+            .instrument(span.clone())
+            .await
+        {
+            Ok(v) => v,
+            Err(refusal) => {
+                crate::metrics::verification(Err(&refusal));
+                return refuse(refusal, Some(version), None);
+            }
+        };
+        span.record("payer", verdict.payer.as_deref());
+        crate::metrics::verification(Ok((!verdict.is_valid).then(|| {
+            verdict
+                .invalid_reason
+                .as_deref()
+                .unwrap_or("invalid_payment")
+        })));
+        if !verdict.is_valid {
+            let reason = verdict
+                .invalid_reason
+                .clone()
+                .unwrap_or_else(|| "invalid_payment".to_owned());
+            return refuse(
+                Refusal::Invalid(reason),
+                Some(version),
+                verdict.payer.as_deref(),
+            );
+        }
+
+        let claim_span = tracing::info_span!("x402.claim", network = %network, scheme, payer = verdict.payer.as_deref());
+        // Hooks that accepted the payment (a claim) are told if the client
+        // goes away before the handler can start.
+        let mut accepted = Accepted {
+            engine: self,
+            ctx: &pctx,
+            count: 0,
+        };
+        for (i, hook) in self.inner.hooks.iter().enumerate() {
+            let outcome = hook
+                .after_verify(&pctx, &verdict)
+                .instrument(claim_span.clone())
+                .await;
+            let refusal = match outcome {
+                Ok(AfterVerify::Continue) => {
+                    accepted.count = i + 1;
+                    continue;
+                }
+                Ok(AfterVerify::Abort { reason }) => Refusal::Aborted(reason),
+                Err(e) => {
+                    log_hook_error(&e);
+                    hook_error_refusal(&e)
+                }
+            };
+            // Hooks that already accepted this payment (a claim, say) are told
+            // it will not proceed.
+            for earlier in &self.inner.hooks[..i] {
+                earlier
+                    .on_payment_canceled(&pctx, CancelReason::Refused)
+                    .await;
+            }
+            accepted.count = 0;
+            return refuse(refusal, Some(version), verdict.payer.as_deref());
+        }
+
+        accepted.count = 0;
+        drop(accepted);
+        let upto = offer.requirements.scheme == UPTO;
+        let meter = upto.then(|| Meter::new(offer.requirements.amount));
+        let payment = VerifiedPayment {
+            version,
+            scheme: offer.requirements.scheme.clone(),
+            network: network.clone(),
+            payer: verdict.payer.clone(),
+            amount: offer.requirements.amount,
+            asset: offer.requirements.asset.clone(),
+            pay_to: offer.requirements.pay_to.clone(),
+            requirements: offer.requirements.clone(),
+            route: route.pattern().to_owned(),
+            meter: meter.clone(),
+            session: None,
+        };
+        let timing = if upto {
+            SettlementTiming::AfterHandler
+        } else {
+            route.timing
+        };
+        let decimals = offer.decimals;
+        let session = matched.session;
+        Decision::Paid(Box::new(PaidRequest {
+            engine: self.clone(),
+            route: compiled.clone(),
+            payment,
+            finished: false,
+            kind: paid::Kind::Payment(Box::new(paid::PaymentState {
+                request: request_body,
+                network,
+                timing,
+                resource,
+                resolved: resolved.clone(),
+                extensions: enriched,
+                decimals,
+                meter,
+                session,
+            })),
+        }))
+    }
+
+    pub(super) async fn redeem(
+        &self,
+        compiled: &Arc<CompiledRoute>,
+        resolved: &Arc<Resolved>,
+        scope: &str,
+        token: &HeaderValue,
+    ) -> Result<Box<PaidRequest>, Refusal> {
+        let Some(token) = token.to_str().ok().and_then(SessionToken::parse) else {
+            return Err(Refusal::Invalid("session_invalid".into()));
+        };
+        let hash = token.hash();
+        let store = self.inner.sessions.clone();
+        let (scope_owned, now) = (scope.to_owned(), unix_now());
+        // A redemption is a write: if this request stops waiting for it (the
+        // deadline passed, or the client hung up), one that lands late is
+        // given back, since its request was refused.
+        let give_back = {
+            let store = self.inner.sessions.clone();
+            move |answer| async move {
+                if let Ok(Redemption::Redeemed { .. }) = answer {
+                    if let Err(e) = store.give_back(&hash).await {
+                        tracing::error!(error = %e, "x402: could not give back a late session redemption");
+                    }
+                }
+            }
+        };
+        let mut call = Late::new(
+            "session redemption",
+            async move { store.redeem(&hash, &scope_owned, now).await },
+            give_back,
+        );
+        let answer = call.answer(self.inner.session_deadline).await;
+        drop(call);
+        let remaining = match answer {
+            Some(Ok(Redemption::Redeemed { remaining })) => {
+                crate::metrics::session_redeemed();
+                remaining
+            }
+            Some(Ok(Redemption::Unknown)) => {
+                return Err(Refusal::Invalid("session_unknown".into()))
+            }
+            Some(Ok(Redemption::Expired)) => {
+                return Err(Refusal::Invalid("session_expired".into()))
+            }
+            Some(Ok(Redemption::Exhausted)) => {
+                return Err(Refusal::Invalid("session_exhausted".into()))
+            }
+            Some(Ok(Redemption::OutOfScope)) => {
+                return Err(Refusal::Invalid("session_out_of_scope".into()))
+            }
+            Some(Err(e)) => {
+                tracing::error!(error = %e, "x402: session store failed");
+                return Err(session_unavailable());
+            }
+            None => {
+                tracing::error!("x402: session store missed its deadline");
+                return Err(session_unavailable());
+            }
+        };
+        let first = resolved
+            .sessions
+            .first()
+            .and_then(|s| s.accepts.first())
+            .map(|a| a.requirements.clone())
+            .ok_or(Refusal::Internal)?;
+        let payment = VerifiedPayment {
+            version: X402Version::V2,
+            scheme: first.scheme.clone(),
+            network: first.network.clone(),
+            payer: None,
+            amount: AtomicAmount::ZERO,
+            asset: first.asset.clone(),
+            pay_to: first.pay_to.clone(),
+            requirements: first,
+            route: compiled.route.pattern().to_owned(),
+            meter: None,
+            session: Some(SessionCall {
+                remaining,
+                scope: scope.to_owned(),
+            }),
+        };
+        Ok(Box::new(PaidRequest {
+            engine: self.clone(),
+            route: compiled.clone(),
+            payment,
+            finished: false,
+            kind: paid::Kind::Session {
+                token: hash,
+                remaining,
+            },
+        }))
+    }
+
+    pub(super) fn parts<'a>(
+        &self,
+        route: &'a Route,
+        resource: &'a v2::ResourceInfo,
+        resolved: &'a Resolved,
+    ) -> ChallengeParts<'a> {
+        ChallengeParts {
+            resource,
+            accepts: &resolved.rows,
+            extensions: &resolved.extensions,
+            output_schema: route.output_schema.as_ref(),
+        }
+    }
+
+    pub(super) async fn verify(
+        &self,
+        ctx: &PaymentContext<'_>,
+        request: &FacilitatorRequest,
+    ) -> Result<VerifyResponse, Refusal> {
+        for hook in &self.inner.hooks {
+            match hook.before_verify(ctx).await {
+                Ok(BeforeVerify::Continue) => {}
+                Ok(BeforeVerify::Abort { reason }) => return Err(Refusal::Invalid(reason)),
+                Ok(BeforeVerify::Skip(verdict)) => return Ok(verdict),
+                Err(e) => {
+                    log_hook_error(&e);
+                    return Err(hook_error_refusal(&e));
+                }
+            }
+        }
+        let timer = crate::metrics::FacilitatorTimer::start();
+        let answer = self.inner.facilitator.verify(request).await;
+        timer.done("verify");
+        match answer {
+            Ok(v) => Ok(v),
+            Err(error) => {
+                for hook in &self.inner.hooks {
+                    if let Some(v) = hook.on_verify_failure(ctx, &error).await {
+                        return Ok(v);
+                    }
+                }
+                tracing::error!(error = %error, network = ctx.network, "x402: facilitator /verify failed");
+                Err(Refusal::FacilitatorUnavailable)
+            }
+        }
+    }
+}
+
+/// The after-verify hooks that accepted a payment (the first `count`), told
+/// [`CancelReason::ClientGone`] if the request is dropped before its
+/// handler could start: a claim made for a client that went away is
+/// released.
+pub(super) struct Accepted<'a> {
+    pub(super) engine: &'a Engine,
+    pub(super) ctx: &'a PaymentContext<'a>,
+    pub(super) count: usize,
+}
+
+impl Drop for Accepted<'_> {
+    fn drop(&mut self) {
+        let Some(hooks) = self.engine.inner.hooks.get(..self.count) else {
+            return;
+        };
+        if hooks.is_empty() {
+            return;
+        }
+        let hooks = hooks.to_vec();
+        let (route, payload, requirements, network) = (
+            self.ctx.route.to_owned(),
+            self.ctx.payload.clone(),
+            self.ctx.requirements.clone(),
+            self.ctx.network.to_owned(),
+        );
+        self.engine.spawn_tracked(async move {
+            let ctx = PaymentContext {
+                route: &route,
+                payload: &payload,
+                requirements: &requirements,
+                network: &network,
+            };
+            for hook in hooks {
+                hook.on_payment_canceled(&ctx, CancelReason::ClientGone { keep_claim: false })
+                    .await;
+            }
+        });
+    }
+}
+
+pub(super) fn session_unavailable() -> Refusal {
+    Refusal::Unavailable {
+        reason: "session_unavailable",
+        retry_after: Duration::from_secs(1),
+    }
+}
+
+pub(super) fn log_hook_error(e: &HookError) {
+    tracing::error!(error = %e, source = ?std::error::Error::source(e), "x402: hook failed");
+}
+
+pub(super) fn hook_error_refusal(e: &HookError) -> Refusal {
+    match e {
+        HookError::Unavailable {
+            reason,
+            retry_after,
+            ..
+        } => Refusal::Unavailable {
+            reason,
+            retry_after: *retry_after,
+        },
+        HookError::Other(_) => Refusal::Internal,
+    }
+}
+
+pub(super) fn hook_error_response(e: &HookError) -> EngineResponse {
+    log_hook_error(e);
+    response::refusal_response(&hook_error_refusal(e), None, None, None)
+}

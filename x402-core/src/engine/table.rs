@@ -1,0 +1,354 @@
+//! The compiled route table: each route's resolved offers and its ready-made challenges.
+
+use super::*;
+
+pub(super) struct CompiledRoute {
+    pub(super) route: Route,
+    /// The static offers, resolved once (on first use, when they need the
+    /// facilitator's `/supported`).
+    pub(super) resolved: OnceCell<Arc<Resolved>>,
+    /// The metrics series its 402s are counted in.
+    pub(super) series: crate::metrics::RouteSeries,
+    /// Set once a misplacement was logged for this route (a bound route
+    /// served under another template, a request paid at another route).
+    pub(super) mismatch_logged: std::sync::atomic::AtomicBool,
+}
+
+impl CompiledRoute {
+    /// Checks a route and resolves what needs nothing from the facilitator.
+    pub(super) fn compile(route: Route) -> Result<Self, ConfigError> {
+        if let Err(e) = &route.pattern {
+            return Err(ConfigError::Pattern(e.clone()));
+        }
+        check_sessions(&route)?;
+        let resolved = OnceCell::new();
+        if let Pricing::Static(offers) = &route.pricing {
+            if offers.is_empty() {
+                return Err(ConfigError::NoOffers(route.pattern().to_owned()));
+            }
+            if route.timing == SettlementTiming::BeforeHandler
+                && offers.iter().any(|o| o.scheme == UPTO)
+            {
+                return Err(ConfigError::UptoBeforeHandler(route.pattern().to_owned()));
+            }
+            let needs = offers
+                .iter()
+                .chain(route.sessions.iter().flat_map(|s| &s.offers))
+                .any(resolve::needs_supported);
+            if !needs {
+                let r = resolve_route(&route, offers, None)?;
+                let _ = resolved.set(Arc::new(r));
+            }
+        }
+        let series = crate::metrics::RouteSeries::new(route.pattern());
+        Ok(Self {
+            route,
+            resolved,
+            series,
+            mismatch_logged: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+}
+
+/// A route's offers as requirements, with what can be encoded once.
+#[derive(Debug)]
+pub(super) struct Resolved {
+    pub(super) accepts: Vec<ResolvedOffer>,
+    /// The same requirements, as the challenge lists them.
+    pub(super) rows: Vec<v2::PaymentRequirements>,
+    pub(super) sessions: Vec<ResolvedSession>,
+    /// The route's extension declarations, plus `session` when it sells any.
+    pub(super) extensions: JsonObject,
+    /// The whole `payment_required` challenge, when the resource URL is fixed.
+    pub(super) fixed: Option<(v2::ResourceInfo, EncodedChallenge)>,
+    /// The last `payment_required` challenge encoded for a request URL:
+    /// clients re-request the same URL, so the 402 path mostly skips the
+    /// JSON and base64 work.
+    pub(super) last: std::sync::Mutex<Option<(String, EncodedChallenge)>>,
+}
+
+impl Resolved {
+    /// The `payment_required` challenge for `parts`, reusing the last one
+    /// encoded for the same resource URL.
+    pub(super) fn payment_required(&self, parts: &ChallengeParts<'_>) -> Option<EncodedChallenge> {
+        let url = &parts.resource.url;
+        // A poisoned lock only means a panic elsewhere mid-update of a cache
+        // entry that is replaced whole; the cache is still sound to use.
+        let lock = || {
+            self.last
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if let Some((cached_url, encoded)) = &*lock() {
+            if cached_url == url {
+                return Some(encoded.clone());
+            }
+        }
+        let encoded = parts.encode(Refusal::PaymentRequired.reason(), None)?;
+        *lock() = Some((url.clone(), encoded.clone()));
+        Some(encoded)
+    }
+
+    /// The 402 for a request to `url`, when the last challenge encoded was
+    /// for that URL: the common case of a client re-requesting a route,
+    /// answered without building the URL.
+    pub(super) fn cached_challenge_response(&self, url: &RequestUrl<'_>) -> Option<EngineResponse> {
+        let last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &*last {
+            Some((cached_url, encoded)) if url.is(cached_url) => {
+                Some(response::challenge_response(encoded))
+            }
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct ResolvedSession {
+    pub(super) id: String,
+    pub(super) calls: u64,
+    pub(super) ttl: Duration,
+    pub(super) scope: String,
+    pub(super) accepts: Vec<ResolvedOffer>,
+}
+
+impl Resolved {
+    pub(super) fn scope(&self) -> Option<&str> {
+        self.sessions.first().map(|s| s.scope.as_str())
+    }
+}
+
+pub(super) fn resolve_all(
+    route: &Route,
+    offers: &[Offer],
+    supported: Option<&SupportedResponse>,
+) -> Result<Vec<ResolvedOffer>, ConfigError> {
+    offers
+        .iter()
+        .map(|o| resolve::resolve_offer(o, supported))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|source| ConfigError::Offer {
+            route: route.pattern().to_owned(),
+            source,
+        })
+}
+
+pub(super) fn resolve_route(
+    route: &Route,
+    offers: &[Offer],
+    supported: Option<&SupportedResponse>,
+) -> Result<Resolved, ConfigError> {
+    let accepts = resolve_all(route, offers, supported)?;
+    let rows = accepts
+        .iter()
+        .map(|a| (*a.requirements).clone())
+        .collect::<Vec<_>>();
+    let mut sessions = Vec::with_capacity(route.sessions.len());
+    for s in &route.sessions {
+        sessions.push(ResolvedSession {
+            id: s.id.clone(),
+            calls: s.calls,
+            ttl: s.ttl,
+            scope: s.scope.clone(),
+            accepts: resolve_all(route, &s.offers, supported)?,
+        });
+    }
+    let mut extensions = route.extensions.clone();
+    if !sessions.is_empty() {
+        extensions.insert("session".into(), session_extension(&sessions));
+    }
+    let fixed = route.resource_url.as_ref().and_then(|url| {
+        let resource = v2::ResourceInfo {
+            url: url.clone(),
+            description: route.description.clone(),
+            mime_type: route.mime_type.clone(),
+        };
+        let encoded = ChallengeParts {
+            resource: &resource,
+            accepts: &rows,
+            extensions: &extensions,
+            output_schema: route.output_schema.as_ref(),
+        }
+        .encode(Refusal::PaymentRequired.reason(), None)?;
+        Some((resource, encoded))
+    });
+    Ok(Resolved {
+        accepts,
+        rows,
+        sessions,
+        extensions,
+        fixed,
+        last: std::sync::Mutex::new(None),
+    })
+}
+
+/// The `extensions["session"]` declaration of the v2 challenge.
+pub(super) fn session_extension(sessions: &[ResolvedSession]) -> Value {
+    let offers: Vec<Value> = sessions
+        .iter()
+        .map(|s| {
+            json!({
+                "id": s.id,
+                "calls": s.calls,
+                "ttlSeconds": s.ttl.as_secs(),
+                "scope": s.scope,
+                "accepts": s.accepts.iter().map(|a| &*a.requirements).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "info": { "offers": offers },
+        "schema": {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "required": ["offers"],
+            "properties": {
+                "offers": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["id", "calls", "ttlSeconds", "scope", "accepts"],
+                        "properties": {
+                            "id": { "type": "string" },
+                            "calls": { "type": "integer", "minimum": 1 },
+                            "ttlSeconds": { "type": "integer", "minimum": 0 },
+                            "scope": { "type": "string" },
+                            "accepts": { "type": "array", "items": { "type": "object" } }
+                        }
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// The route's extensions with its `bazaar` declaration enriched for this
+/// request (spec §8.1): the verb, and on parameterised routes
+/// `routeTemplate` and `pathParams`.
+pub(super) fn enrich_bazaar(
+    route: &Route,
+    request: &RequestView<'_>,
+    extensions: &JsonObject,
+) -> JsonObject {
+    use crate::discovery::bazaar;
+    let mut out = extensions.clone();
+    if let Some(declaration) = out.get_mut(bazaar::BAZAAR) {
+        let params = route
+            .matches(request.method, request.uri.path())
+            .unwrap_or_default();
+        let template = route
+            .pattern
+            .as_ref()
+            .ok()
+            .map(crate::route::PathPattern::template);
+        *declaration = bazaar::enrich(declaration, request.method, template.as_deref(), &params);
+    }
+    out
+}
+
+/// How a request's resource is described in challenges.
+pub(super) fn resource_for(route: &Route, url: RequestUrl<'_>) -> v2::ResourceInfo {
+    let url = match &route.resource_url {
+        Some(url) => url.clone(),
+        None => url.to_string(),
+    };
+    v2::ResourceInfo {
+        url,
+        description: route.description.clone(),
+        mime_type: route.mime_type.clone(),
+    }
+}
+
+/// The 402 for an unpaid request when it is ready-made: no payment header,
+/// no session token for the route, no per-request bazaar declaration, not a
+/// browser (which gets the paywall page), and a challenge encoded for the
+/// request's URL (the route's fixed one, or the last one built). Counted.
+pub(super) fn ready_challenge(
+    compiled: &CompiledRoute,
+    resolved: &Resolved,
+    request: &RequestView<'_>,
+    url: RequestUrl<'_>,
+) -> Option<EngineResponse> {
+    let headers = request.headers;
+    if headers.contains_key(codec::PAYMENT_SIGNATURE)
+        || headers.contains_key(codec::X_PAYMENT)
+        || (resolved.scope().is_some() && headers.contains_key(X_PAYMENT_SESSION))
+        || resolved
+            .extensions
+            .contains_key(crate::discovery::bazaar::BAZAAR)
+        || response::is_browser(headers)
+    {
+        return None;
+    }
+    let response = match &resolved.fixed {
+        Some((_, encoded)) => response::challenge_response(encoded),
+        None => resolved.cached_challenge_response(&url)?,
+    };
+    compiled.series.payment_required();
+    Some(response)
+}
+
+/// The requirement a payment matched.
+pub(super) struct Matched<'a> {
+    pub(super) offer: &'a ResolvedOffer,
+    /// The session offer it buys, if any.
+    pub(super) session: Option<usize>,
+}
+
+/// The offer a payment refers to: the route's own offers first, then the
+/// ways to buy its sessions (v2 only: sessions are not offered in v1).
+pub(super) fn find_match<'a>(
+    resolved: &'a Resolved,
+    payload: &PaymentPayload,
+) -> Option<Matched<'a>> {
+    match payload {
+        PaymentPayload::V2(p) => {
+            if let Some(i) = matching::match_v2(&resolved.rows, &p.accepted) {
+                return resolved.accepts.get(i).map(|offer| Matched {
+                    offer,
+                    session: None,
+                });
+            }
+            resolved.sessions.iter().enumerate().find_map(|(si, s)| {
+                let rows = s.accepts.iter().map(|a| &*a.requirements);
+                let i = matching::match_v2(rows, &p.accepted)?;
+                s.accepts.get(i).map(|offer| Matched {
+                    offer,
+                    session: Some(si),
+                })
+            })
+        }
+        PaymentPayload::V1(p) => {
+            let i = matching::match_v1(&resolved.rows, p)?;
+            resolved.accepts.get(i).map(|offer| Matched {
+                offer,
+                session: None,
+            })
+        }
+    }
+}
+
+pub(super) fn check_sessions(route: &Route) -> Result<(), ConfigError> {
+    let err = |reason| ConfigError::Session {
+        route: route.pattern().to_owned(),
+        reason,
+    };
+    for (i, s) in route.sessions.iter().enumerate() {
+        if s.offers.is_empty() {
+            return Err(err("a session offer has no way to pay"));
+        }
+        if s.offers.iter().any(|o| o.scheme == UPTO) {
+            return Err(err("a session is sold with exact payments, not upto"));
+        }
+        if route.sessions[..i].iter().any(|o| o.id == s.id) {
+            return Err(err("two session offers share an id"));
+        }
+        if s.scope != route.sessions[0].scope {
+            return Err(err("the session offers of one route must share a scope"));
+        }
+    }
+    Ok(())
+}
