@@ -341,7 +341,7 @@ pub struct Route {
     pub(crate) timing: SettlementTiming,
     pub(crate) extensions: JsonObject,
     pub(crate) output_schema: Option<JsonObject>,
-    pub(crate) sessions: Vec<crate::session::SessionOffer>,
+    pub(crate) sessions: Vec<SessionOffer>,
 }
 
 impl Route {
@@ -446,26 +446,11 @@ impl Route {
         self
     }
 
-    /// Declares the `bazaar` discovery extension (spec §8.1) from a typed
-    /// [`Bazaar`](crate::discovery::Bazaar): `extensions["bazaar"] = {info,
-    /// schema}`, with the route's method. The engine enriches it for each
-    /// request (method, `routeTemplate`, `pathParams`); see
-    /// [`discovery::bazaar`](crate::discovery::bazaar).
-    #[must_use]
-    pub fn bazaar(self, bazaar: crate::discovery::Bazaar) -> Self {
-        let bazaar = match &self.method {
-            Some(m) if bazaar.input.method.is_none() => bazaar.method(m.clone()),
-            _ => bazaar,
-        };
-        let declaration = bazaar.declaration();
-        self.extension(crate::discovery::bazaar::BAZAAR, declaration)
-    }
-
     /// Sells prepaid sessions on this route (v2 only; see
     /// [`session`](crate::session)). All session offers of a route share one
     /// scope, and this route redeems sessions of that scope.
     #[must_use]
-    pub fn session(mut self, offer: crate::session::SessionOffer) -> Self {
+    pub fn session(mut self, offer: SessionOffer) -> Self {
         self.sessions.push(offer);
         self
     }
@@ -727,6 +712,10 @@ pub(crate) fn percent_decode(s: &str) -> String {
     }
     String::from_utf8_lossy(&out).into_owned()
 }
+
+mod session_offer;
+
+pub use self::session_offer::SessionOffer;
 
 #[cfg(test)]
 mod tests;

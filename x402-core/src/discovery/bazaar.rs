@@ -485,6 +485,23 @@ pub fn enrich(
     out
 }
 
+impl crate::route::Route {
+    /// Declares the `bazaar` discovery extension (spec §8.1) from a typed
+    /// [`Bazaar`]: `extensions["bazaar"] = {info,
+    /// schema}`, with the route's method. The engine enriches it for each
+    /// request (method, `routeTemplate`, `pathParams`); see
+    /// [`discovery::bazaar`](crate::discovery::bazaar).
+    #[must_use]
+    pub fn bazaar(self, bazaar: Bazaar) -> Self {
+        let bazaar = match &self.method {
+            Some(m) if bazaar.input.method.is_none() => bazaar.method(m.clone()),
+            _ => bazaar,
+        };
+        let declaration = bazaar.declaration();
+        self.extension(BAZAAR, declaration)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

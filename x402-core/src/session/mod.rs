@@ -11,7 +11,7 @@
 //! Tokens are 256 random bits, shown to the buyer once, and stored only as a
 //! SHA-256 hash: a dump of the store holds no usable token.
 
-use std::{error::Error as StdError, fmt, time::Duration};
+use std::{error::Error as StdError, fmt};
 
 use async_trait::async_trait;
 use http::HeaderName;
@@ -26,6 +26,7 @@ pub use self::memory::MemorySessionStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::RedisSessionStore;
+pub use crate::route::SessionOffer;
 
 /// `X-PAYMENT-SESSION`: the session token, on requests (to redeem) and on the
 /// response that opened the session.
@@ -165,57 +166,6 @@ pub enum SessionStoreError {
     /// The backend did not answer in time.
     #[error("session store timed out")]
     Timeout,
-}
-
-/// A session a route sells: `calls` requests within `ttl`, for a price.
-#[derive(Debug, Clone)]
-pub struct SessionOffer {
-    pub(crate) id: String,
-    pub(crate) calls: u64,
-    pub(crate) ttl: Duration,
-    pub(crate) scope: String,
-    pub(crate) offers: Vec<crate::route::Offer>,
-}
-
-impl SessionOffer {
-    /// A session of `calls` calls within `ttl`, identified by `id` (unique per
-    /// route), redeemable on routes that declare the same `scope`.
-    pub fn new(id: impl Into<String>, calls: u64, ttl: Duration, scope: impl Into<String>) -> Self {
-        Self {
-            id: id.into(),
-            calls: calls.max(1),
-            ttl,
-            scope: scope.into(),
-            offers: Vec::new(),
-        }
-    }
-
-    /// Adds a way to pay for the session (an `exact` offer, typically).
-    #[must_use]
-    pub fn offer(mut self, offer: crate::route::Offer) -> Self {
-        self.offers.push(offer);
-        self
-    }
-
-    /// The offer's id.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// Calls sold.
-    pub fn calls(&self) -> u64 {
-        self.calls
-    }
-
-    /// How long the session lasts.
-    pub fn ttl(&self) -> Duration {
-        self.ttl
-    }
-
-    /// The scope.
-    pub fn scope(&self) -> &str {
-        &self.scope
-    }
 }
 
 #[cfg(test)]
