@@ -25,7 +25,6 @@ use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     net::TcpStream,
     process::{Child, Command},
-    sync::Barrier,
 };
 use x402_axum::PaywallLayer;
 use x402_core::{
@@ -35,6 +34,7 @@ use x402_core::{
 };
 use x402_tests::{
     adapters::bind,
+    capabilities::replay::{assert_one_winner, race},
     client::{self, Reply},
     payment, EventLog, StandIn, PAY_TO, SECRET,
 };
@@ -154,56 +154,6 @@ async fn row_at(client: &reqwest::Client, base: &str) -> Value {
     let reply = client::send(client.get(format!("{base}/paid"))).await;
     reply.assert_status(402);
     reply.payment_required()["accepts"][0].clone()
-}
-
-/// Sends `copies` requests at once (a barrier releases them together), each
-/// to `bases[i % bases.len()]/paid` with the same `payment`.
-async fn race(
-    client: &reqwest::Client,
-    bases: &[String],
-    payment: &str,
-    copies: usize,
-) -> Vec<Reply> {
-    let barrier = Arc::new(Barrier::new(copies));
-    let tasks: Vec<_> = (0..copies)
-        .map(|i| {
-            let request = client
-                .get(format!("{}/paid", bases[i % bases.len()]))
-                .header("PAYMENT-SIGNATURE", payment);
-            let barrier = barrier.clone();
-            tokio::spawn(async move {
-                barrier.wait().await;
-                client::send(request).await
-            })
-        })
-        .collect();
-    let mut replies = Vec::with_capacity(copies);
-    for task in tasks {
-        replies.push(task.await.unwrap());
-    }
-    replies
-}
-
-/// Asserts one 200 carrying the content and a receipt, and `copies - 1`
-/// replay refusals.
-#[track_caller]
-fn assert_one_winner(replies: &[Reply]) {
-    let outcomes: Vec<String> = replies
-        .iter()
-        .map(|r| match r.decoded("payment-required") {
-            Some(c) => format!("{} {}", r.status.as_u16(), c["error"]),
-            None => format!("{} {}", r.status.as_u16(), r.text()),
-        })
-        .collect();
-    let winners: Vec<_> = replies.iter().filter(|r| r.status == 200).collect();
-    assert_eq!(winners.len(), 1, "exactly one copy served: {outcomes:?}");
-    assert!(winners[0].leaks_secret());
-    assert!(winners[0].header("payment-response").is_some(), "receipt");
-    for r in replies.iter().filter(|r| r.status != 200) {
-        r.assert_status(402);
-        assert_eq!(r.challenge_error(), "payment_replayed");
-        assert!(!r.leaks_secret());
-    }
 }
 
 // ---------------------------------------------------------------------------

@@ -22,16 +22,21 @@ pub const COPIES: usize = 64;
 /// into `502 facilitator_unavailable` and prove nothing.
 const PATIENT: Duration = Duration::from_secs(10);
 
-/// Sends `COPIES` copies of `header` to `/paid` at once: each from its own
-/// task, all released together by a barrier.
-async fn race(f: &Fixture, header: &str) -> Vec<Reply> {
-    let barrier = Arc::new(Barrier::new(COPIES));
-    let tasks: Vec<_> = (0..COPIES)
-        .map(|_| {
-            let request = f
-                .client
-                .get(f.url("/paid"))
-                .header("PAYMENT-SIGNATURE", header);
+/// Sends `copies` requests for `/paid` at once, each from its own task, all
+/// released together by a barrier: copy `i` goes to `bases[i % bases.len()]`
+/// with the same `payment`.
+pub async fn race(
+    client: &reqwest::Client,
+    bases: &[String],
+    payment: &str,
+    copies: usize,
+) -> Vec<Reply> {
+    let barrier = Arc::new(Barrier::new(copies));
+    let tasks: Vec<_> = (0..copies)
+        .map(|i| {
+            let request = client
+                .get(format!("{}/paid", bases[i % bases.len()]))
+                .header("PAYMENT-SIGNATURE", payment);
             let barrier = barrier.clone();
             tokio::spawn(async move {
                 barrier.wait().await;
@@ -39,7 +44,7 @@ async fn race(f: &Fixture, header: &str) -> Vec<Reply> {
             })
         })
         .collect();
-    let mut replies = Vec::with_capacity(COPIES);
+    let mut replies = Vec::with_capacity(copies);
     for task in tasks {
         replies.push(task.await.unwrap());
     }
@@ -48,7 +53,7 @@ async fn race(f: &Fixture, header: &str) -> Vec<Reply> {
 
 /// One copy served with a receipt, every other refused as a replay.
 #[track_caller]
-fn assert_one_winner(replies: &[Reply]) {
+pub fn assert_one_winner(replies: &[Reply]) {
     let outcomes: Vec<String> = replies
         .iter()
         .map(|r| match r.decoded("payment-required") {
@@ -78,7 +83,7 @@ async fn race_with<A: Adapter>(guard: ReplayGuard) -> Fixture {
     let row = f.first_row("/paid").await;
     let header = payment::v2_header(&row);
 
-    let replies = race(&f, &header).await;
+    let replies = race(&f.client, std::slice::from_ref(&f.base), &header, COPIES).await;
     assert_one_winner(&replies);
     f.handler.assert_calls(1);
     // Every copy was verified (the claim follows a valid verdict); one settled.
