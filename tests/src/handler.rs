@@ -168,31 +168,28 @@ impl TestHandler {
                     "ceiling": meter.map(|m| m.ceiling().to_string()),
                     "sessionRemaining": payment.and_then(|p| p.session.as_ref()).map(|s| s.remaining),
                 });
-                Response::builder()
-                    .status(StatusCode::OK)
-                    .header("content-type", "application/json")
-                    .header("x-handler", "yes")
-                    .body(Body::from(body.to_string()))
-                    .unwrap()
+                handler_response(
+                    StatusCode::OK,
+                    "application/json",
+                    Body::from(body.to_string()),
+                )
             }
-            HandlerMode::Error500 => Response::builder()
-                .status(StatusCode::INTERNAL_SERVER_ERROR)
-                .header("content-type", "text/plain")
-                .header("x-handler", "yes")
-                .body(Body::from(HANDLER_ERROR_BODY))
-                .unwrap(),
+            HandlerMode::Error500 => handler_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "text/plain",
+                Body::from(HANDLER_ERROR_BODY),
+            ),
             HandlerMode::Slow => {
                 let body = json!({"secret": SECRET, "path": path, "slow": true}).to_string();
                 let stream = futures_util::stream::once(async move {
                     tokio::time::sleep(SLOW_BODY).await;
                     Ok::<_, std::io::Error>(Bytes::from(body))
                 });
-                Response::builder()
-                    .status(StatusCode::OK)
-                    .header("content-type", "application/json")
-                    .header("x-handler", "yes")
-                    .body(Body::from_stream(stream))
-                    .unwrap()
+                handler_response(
+                    StatusCode::OK,
+                    "application/json",
+                    Body::from_stream(stream),
+                )
             }
             HandlerMode::Stream => {
                 let stream = futures_util::stream::unfold(0usize, |i| async move {
@@ -205,13 +202,19 @@ impl TestHandler {
                         i + 1,
                     ))
                 });
-                Response::builder()
-                    .status(StatusCode::OK)
-                    .header("content-type", "text/plain")
-                    .header("x-handler", "yes")
-                    .body(Body::from_stream(stream))
-                    .unwrap()
+                handler_response(StatusCode::OK, "text/plain", Body::from_stream(stream))
             }
         }
     }
+}
+
+/// A response of the handler: `status`, `content_type`, the `x-handler`
+/// marker and `body`.
+fn handler_response(status: StatusCode, content_type: &str, body: Body) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", content_type)
+        .header("x-handler", "yes")
+        .body(body)
+        .unwrap()
 }
