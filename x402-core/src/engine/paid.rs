@@ -446,6 +446,15 @@ struct Settlement {
 }
 
 impl Settlement {
+    /// How long one write to the session store may take while settling: the
+    /// engine's session deadline, at least 250 ms (the buyer already paid).
+    fn session_write_deadline(&self) -> Duration {
+        self.engine
+            .inner
+            .session_deadline
+            .max(Duration::from_millis(250))
+    }
+
     fn refusal(&self, refusal: &Refusal) -> EngineResponse {
         let state = &self.state;
         crate::metrics::refusal(self.route.route.pattern(), refusal);
@@ -613,7 +622,7 @@ impl Settlement {
             expires_at,
         };
         let deadline = Instant::now() + inner.session_open_deadline;
-        let per_attempt = inner.session_deadline.max(Duration::from_millis(250));
+        let per_attempt = self.session_write_deadline();
         let mut backoff = Duration::from_millis(50);
         let mut attempts = 0u32;
         let error = loop {
@@ -686,12 +695,10 @@ impl Settlement {
             HeaderValue::from_static("session_open_failed"),
         );
         // A write that timed out may land yet: nobody holds its token.
-        if let Ok(Err(e)) | Err(e) = tokio::time::timeout(
-            inner.session_deadline.max(Duration::from_millis(250)),
-            inner.sessions.close(hash),
-        )
-        .await
-        .map_err(|_| crate::session::SessionStoreError::Timeout)
+        if let Ok(Err(e)) | Err(e) =
+            tokio::time::timeout(self.session_write_deadline(), inner.sessions.close(hash))
+                .await
+                .map_err(|_| crate::session::SessionStoreError::Timeout)
         {
             tracing::debug!(error = %e, "x402: could not delete a session that failed to open; it goes at its expiry");
         }
