@@ -1,4 +1,4 @@
-//! The actix-web adapter under test: `x402_actix::X402Middleware` on a whole
+//! The actix-web adapter under test: `x402_actix::PaywallLayer` on a whole
 //! `App` whose default service is the shared [`TestHandler`], with
 //! `x402_actix::Discovery` registered beside it.
 //!
@@ -16,12 +16,12 @@ use actix_web::{
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use tokio::{net::TcpListener, sync::oneshot};
-use x402_actix::{Discovery, Payment, UsageMeter, X402Middleware};
+use x402_actix::{Discovery, Payment, PaywallLayer, UsageMeter};
 use x402_core::Engine;
 
 use crate::{Adapter, TestHandler};
 
-/// `x402_actix::X402Middleware` wrapping an actix `App`, served by actix's
+/// `x402_actix::PaywallLayer` wrapping an actix `App`, served by actix's
 /// own `HttpServer`.
 #[derive(Debug, Clone, Copy)]
 pub struct ActixAdapter;
@@ -69,7 +69,7 @@ fn run_server(
     actix_web::rt::System::new().block_on(async move {
         let server = HttpServer::new(move || {
             App::new()
-                .wrap(X402Middleware::new(engine.clone()))
+                .wrap(PaywallLayer::new(engine.clone()))
                 .app_data(web::Data::from(handler.clone()))
                 .service(Discovery::new(engine.clone()).openapi(crate::adapters::openapi_info()))
                 .default_service(web::to(respond))

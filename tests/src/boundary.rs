@@ -26,7 +26,7 @@ use tokio::{
     sync::oneshot,
 };
 use tower::{Layer as _, ServiceExt as _};
-use x402_actix::X402Middleware;
+use x402_actix::PaywallLayer;
 use x402_core::{Engine, Offer, Route, VerifiedPayment};
 
 use crate::{actix::StopOnDrop, adapters::bind, StandIn, PAY_TO};
@@ -41,7 +41,7 @@ pub struct Paid {
 }
 
 /// Every paid handler of the app. `bound` is priced by a per-route layer
-/// (`PaywallLayer::route`, `X402Middleware::route`); the others by the
+/// (`x402_axum::PaywallLayer::route`, `x402_actix::PaywallLayer::route`); the others by the
 /// engine's table.
 pub const PAID: [Paid; 6] = [
     Paid {
@@ -444,7 +444,7 @@ async fn serve_actix(shape: Shape, listener: TcpListener, engine: Engine, tag: T
         .spawn(move || {
             actix_web::rt::System::new().block_on(async move {
                 let server = HttpServer::new(move || {
-                    let paywall = X402Middleware::new(engine.clone());
+                    let paywall = PaywallLayer::new(engine.clone());
                     let guarded = tag.guarded;
                     let whole_app = guarded && shape == Shape::ActixApp;
                     let (tag, routes_paywall) = (tag.clone(), paywall.clone());
@@ -488,12 +488,7 @@ fn actix_route(name: &'static str) -> actix_web::Route {
 
 /// The routes; with `ActixScopes` each paid resource and the `/api` scope
 /// wear the paywall themselves.
-fn actix_routes(
-    cfg: &mut web::ServiceConfig,
-    shape: Shape,
-    guarded: bool,
-    paywall: &X402Middleware,
-) {
+fn actix_routes(cfg: &mut web::ServiceConfig, shape: Shape, guarded: bool, paywall: &PaywallLayer) {
     let own = guarded && shape == Shape::ActixScopes;
     let resource = |path: &str, name: &'static str| {
         web::resource(path)

@@ -1,4 +1,4 @@
-//! The conformance suite against `x402_actix::X402Middleware` over a whole
+//! The conformance suite against `x402_actix::PaywallLayer` over a whole
 //! actix-web `App`, served by actix's own `HttpServer`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

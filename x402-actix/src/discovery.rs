@@ -19,7 +19,7 @@ use crate::convert::{headers_to_http1, response};
 /// with [`openapi`](Self::openapi), an OpenAPI 3.1 document at
 /// `GET /.well-known/x402/openapi.json`. Register it with `App::service`
 /// (or `Scope::service`); the routes are free, and need not be outside
-/// [`X402Middleware`](crate::X402Middleware), since the engine's route table
+/// [`PaywallLayer`](crate::PaywallLayer), since the engine's route table
 /// does not list them.
 ///
 /// What each path answers (the base URL, the caching and CORS headers, the
@@ -37,7 +37,7 @@ use crate::convert::{headers_to_http1, response};
 /// # }
 /// # #[actix_web::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use actix_web::{test, web, App, HttpResponse};
-/// use x402_actix::{core::discovery::OpenApiInfo, Discovery, Engine, Offer, Route, X402Middleware};
+/// use x402_actix::{core::discovery::OpenApiInfo, Discovery, Engine, Offer, Route, PaywallLayer};
 ///
 /// let engine = Engine::builder(Nobody)
 ///     .route(Route::get("/report").offer(Offer::exact(
@@ -48,7 +48,7 @@ use crate::convert::{headers_to_http1, response};
 ///     .build()?;
 /// let app = test::init_service(
 ///     App::new()
-///         .wrap(X402Middleware::new(engine.clone()))
+///         .wrap(PaywallLayer::new(engine.clone()))
 ///         .service(
 ///             Discovery::new(engine)
 ///                 .base_url("https://api.example.com")

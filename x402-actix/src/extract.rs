@@ -16,7 +16,7 @@ use x402_core::{
     VerifiedPayment,
 };
 
-/// Extracts the payment [`X402Middleware`](crate::X402Middleware) verified for
+/// Extracts the payment [`PaywallLayer`](crate::PaywallLayer) verified for
 /// this request.
 ///
 /// Fails with [`MissingPaywall`] (500) when no payment was verified for the

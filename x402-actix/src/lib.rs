@@ -1,6 +1,6 @@
 //! The x402 payment engine as [actix-web](https://actix.rs) middleware.
 //!
-//! [`X402Middleware`] wraps an `App`, a `Scope` or a `Resource`. Requests to
+//! [`PaywallLayer`] wraps an `App`, a `Scope` or a `Resource`. Requests to
 //! routes the [`Engine`] protects are answered with a 402 challenge until they
 //! carry a valid payment; a paid request reaches the handler with the
 //! [`VerifiedPayment`] in its extensions (the [`Payment`] extractor reads it),
@@ -12,7 +12,7 @@
 //!
 //! ```
 //! use actix_web::{test, web, App, HttpResponse};
-//! use x402_actix::{Engine, Offer, Payment, Route, X402Middleware};
+//! use x402_actix::{Engine, Offer, Payment, Route, PaywallLayer};
 //! # use x402_core::facilitator::{Facilitator, FacilitatorError};
 //! # use x402_core::proto::*;
 //! # #[derive(Debug)] struct Nobody;
@@ -36,7 +36,7 @@
 //!
 //! let app = test::init_service(
 //!     App::new()
-//!         .wrap(X402Middleware::new(engine))
+//!         .wrap(PaywallLayer::new(engine))
 //!         .route("/paid", web::get().to(paid))
 //!         .route("/free", web::get().to(HttpResponse::Ok)),
 //! )
@@ -92,7 +92,7 @@ mod webhook;
 
 pub use self::discovery::Discovery;
 pub use self::extract::{MissingPaywall, Payment, UsageMeter};
-pub use self::middleware::{X402Middleware, X402MiddlewareService};
+pub use self::middleware::{Paywall, PaywallLayer};
 #[cfg(feature = "webhooks")]
 pub use self::webhook::{VerifiedWebhook, WebhookRejection};
 pub use x402_core::{self as core, Engine, Offer, Route, VerifiedPayment};

@@ -1,4 +1,4 @@
-//! The [`X402Middleware`] transform and the service it creates.
+//! The [`PaywallLayer`] transform and the service it creates.
 
 use std::{
     fmt,
@@ -39,7 +39,7 @@ use crate::convert::{self, HandlerBody, RequestHead};
 ///
 /// ```
 /// use actix_web::{web, App, HttpResponse};
-/// use x402_actix::{Payment, X402Middleware};
+/// use x402_actix::{Payment, PaywallLayer};
 /// use x402_core::{Engine, Offer, Route};
 /// # use x402_core::facilitator::{Facilitator, FacilitatorError};
 /// # use x402_core::proto::*;
@@ -66,7 +66,7 @@ use crate::convert::{self, HandlerBody, RequestHead};
 /// let app = App::new()
 ///     .service(
 ///         web::scope("/api")
-///             .wrap(X402Middleware::new(engine))
+///             .wrap(PaywallLayer::new(engine))
 ///             .route("/report", web::get().to(report)),
 ///     )
 ///     .route("/health", web::get().to(HttpResponse::Ok));
@@ -75,11 +75,11 @@ use crate::convert::{self, HandlerBody, RequestHead};
 /// ```
 #[derive(Debug, Clone)]
 #[must_use]
-pub struct X402Middleware {
+pub struct PaywallLayer {
     guard: Guard,
 }
 
-impl X402Middleware {
+impl PaywallLayer {
     /// The paywall driven by `engine`'s route table.
     pub fn new(engine: Engine) -> Self {
         Self {
@@ -94,11 +94,11 @@ impl X402Middleware {
     ///
     /// ```
     /// use actix_web::{web, App, HttpResponse};
-    /// use x402_actix::X402Middleware;
+    /// use x402_actix::PaywallLayer;
     /// use x402_core::{Engine, Offer, Route};
     /// # use x402_core::facilitator::HttpFacilitator;
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let paywall = X402Middleware::new(Engine::builder(HttpFacilitator::new("http://127.0.0.1:4022")?).build()?);
+    /// let paywall = PaywallLayer::new(Engine::builder(HttpFacilitator::new("http://127.0.0.1:4022")?).build()?);
     /// let app = App::new().service(
     ///     web::resource("/weather/{city}")
     ///         .wrap(paywall.route(Route::get("/weather/{city}").offer(Offer::exact(
@@ -122,44 +122,44 @@ impl X402Middleware {
     }
 }
 
-impl From<Engine> for X402Middleware {
+impl From<Engine> for PaywallLayer {
     fn from(engine: Engine) -> Self {
         Self::new(engine)
     }
 }
 
-impl<S, B> Transform<S, ServiceRequest> for X402Middleware
+impl<S, B> Transform<S, ServiceRequest> for PaywallLayer
 where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
     B: MessageBody + 'static,
 {
     type Response = ServiceResponse<EitherBody<B>>;
     type Error = actix_web::Error;
-    type Transform = X402MiddlewareService<S>;
+    type Transform = Paywall<S>;
     type InitError = ();
     type Future = Ready<Result<Self::Transform, Self::InitError>>;
 
     fn new_transform(&self, service: S) -> Self::Future {
-        ready(Ok(X402MiddlewareService {
+        ready(Ok(Paywall {
             service: Rc::new(service),
             guard: self.guard.clone(),
         }))
     }
 }
 
-/// The service [`X402Middleware`] wraps around the next one. Not named by
+/// The service [`PaywallLayer`] wraps around the next one. Not named by
 /// users; public only because actix-web's `Transform` needs it to be.
 #[doc(hidden)]
-pub struct X402MiddlewareService<S> {
+pub struct Paywall<S> {
     // `Rc`: the inner service is called from the response future, after the
     // engine decided, and actix-web runs each worker on one thread.
     service: Rc<S>,
     guard: Guard,
 }
 
-impl<S> fmt::Debug for X402MiddlewareService<S> {
+impl<S> fmt::Debug for Paywall<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("X402MiddlewareService")
+        f.debug_struct("Paywall")
             .field("guard", &self.guard)
             .finish_non_exhaustive()
     }
@@ -167,7 +167,7 @@ impl<S> fmt::Debug for X402MiddlewareService<S> {
 
 type LocalBoxFuture<T> = Pin<Box<dyn Future<Output = T> + 'static>>;
 
-impl<S, B> Service<ServiceRequest> for X402MiddlewareService<S>
+impl<S, B> Service<ServiceRequest> for Paywall<S>
 where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
     B: MessageBody + 'static,

@@ -28,7 +28,7 @@ use x402_core::{
     proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse},
 };
 
-use crate::{Engine, MissingPaywall, Offer, Payment, Route, X402Middleware};
+use crate::{Engine, MissingPaywall, Offer, Payment, PaywallLayer, Route};
 
 const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
 const PAYER: &str = "0x857b06519E91e3A54538791bDbb0E22373e36b66";
@@ -152,7 +152,7 @@ async fn paid_request_gets_the_payment_the_body_and_the_receipt() {
     let (stub, cancels) = (Arc::new(Stub::default()), Cancels::default());
     let app = test::init_service(
         App::new()
-            .wrap(X402Middleware::new(engine(
+            .wrap(PaywallLayer::new(engine(
                 &stub,
                 &cancels,
                 [Route::get("/paid").offer(offer())],
@@ -188,7 +188,7 @@ async fn scope_wrap_guards_only_the_scope() {
         App::new()
             .service(
                 web::scope("/api")
-                    .wrap(X402Middleware::new(engine))
+                    .wrap(PaywallLayer::new(engine))
                     .route("/report", web::get().to(paid_handler)),
             )
             .route("/health", web::get().to(HttpResponse::Ok)),
@@ -217,7 +217,7 @@ async fn resource_wrap_guards_the_resource() {
     let app = test::init_service(
         App::new().service(
             web::resource("/paid")
-                .wrap(X402Middleware::new(engine))
+                .wrap(PaywallLayer::new(engine))
                 .route(web::get().to(paid_handler)),
         ),
     )
@@ -251,7 +251,7 @@ async fn extractor_without_the_middleware_is_a_500_naming_it() {
     assert_eq!(response.status(), 500);
     let body = text(response).await;
     assert_eq!(body, MissingPaywall.to_string());
-    assert!(body.contains("X402Middleware"));
+    assert!(body.contains("PaywallLayer"));
 
     let request = test::TestRequest::get().uri("/maybe").to_request();
     let response = test::call_service(&app, request).await;
@@ -264,7 +264,7 @@ async fn handler_error_is_delivered_unchanged_and_not_settled() {
     let (stub, cancels) = (Arc::new(Stub::default()), Cancels::default());
     let app = test::init_service(
         App::new()
-            .wrap(X402Middleware::new(engine(
+            .wrap(PaywallLayer::new(engine(
                 &stub,
                 &cancels,
                 [Route::get("/paid").offer(offer())],
@@ -300,7 +300,7 @@ async fn inner_middleware_error_is_passed_on_and_the_payment_released() {
                     "down",
                 )))
             })
-            .wrap(X402Middleware::new(engine(
+            .wrap(PaywallLayer::new(engine(
                 &stub,
                 &cancels,
                 [Route::get("/paid").offer(offer())],
@@ -321,7 +321,7 @@ async fn failing_body_is_not_settled() {
     let (stub, cancels) = (Arc::new(Stub::default()), Cancels::default());
     let app = test::init_service(
         App::new()
-            .wrap(X402Middleware::new(engine(
+            .wrap(PaywallLayer::new(engine(
                 &stub,
                 &cancels,
                 [Route::get("/paid").offer(offer())],
@@ -357,7 +357,7 @@ async fn refused_settlement_withholds_the_body() {
     let cancels = Cancels::default();
     let app = test::init_service(
         App::new()
-            .wrap(X402Middleware::new(engine(
+            .wrap(PaywallLayer::new(engine(
                 &stub,
                 &cancels,
                 [Route::get("/paid").offer(offer())],
@@ -382,7 +382,7 @@ async fn settle_before_handler_streams_the_body_with_the_receipt() {
     let counter = stub.clone();
     let app = test::init_service(
         App::new()
-            .wrap(X402Middleware::new(engine(
+            .wrap(PaywallLayer::new(engine(
                 &stub,
                 &cancels,
                 [Route::get("/stream").offer(offer()).settle_before_handler()],

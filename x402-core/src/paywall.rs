@@ -2,7 +2,7 @@
 //!
 //! A request whose `Accept` has `text/html` and whose `User-Agent` has
 //! `Mozilla` gets this page with status 402 (the v2 `PAYMENT-REQUIRED` header
-//! is still sent). Replace it with your own by implementing [`Paywall`]; a
+//! is still sent). Replace it with your own by implementing [`PaywallPage`]; a
 //! closure `Fn(&PaymentRequired) -> String` is one.
 
 use std::fmt::Write as _;
@@ -10,12 +10,12 @@ use std::fmt::Write as _;
 use crate::{network, proto::v2::PaymentRequired};
 
 /// Renders the paywall page.
-pub trait Paywall: Send + Sync + 'static {
+pub trait PaywallPage: Send + Sync + 'static {
     /// The HTML for a challenge. Escape everything you interpolate.
     fn html(&self, challenge: &PaymentRequired) -> String;
 }
 
-impl<F> Paywall for F
+impl<F> PaywallPage for F
 where
     F: Fn(&PaymentRequired) -> String + Send + Sync + 'static,
 {
@@ -26,9 +26,9 @@ where
 
 /// A plain page listing the ways to pay. Everything interpolated is escaped.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct DefaultPaywall;
+pub struct DefaultPaywallPage;
 
-impl Paywall for DefaultPaywall {
+impl PaywallPage for DefaultPaywallPage {
     fn html(&self, challenge: &PaymentRequired) -> String {
         let mut rows = String::new();
         for r in &challenge.accepts {

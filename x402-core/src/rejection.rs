@@ -82,7 +82,7 @@ pub trait Rejection: fmt::Display {
 /// verified one.
 ///
 /// The route is not behind the paywall (`x402_axum::PaywallLayer`,
-/// `x402_tower::PaywallLayer`, `x402_actix::X402Middleware`), or the
+/// `x402_tower::PaywallLayer`, `x402_actix::PaywallLayer`), or the
 /// engine's route table does not list it, or (for a usage meter) the route
 /// is not an `upto` route. A 500: a server misconfiguration, never the
 /// client's fault. Its body says what to check.
@@ -102,7 +102,7 @@ impl fmt::Display for MissingPaywall {
         f.write_str(
             "no verified x402 payment on this request: is the route behind the paywall \
              (x402_axum::PaywallLayer, x402_tower::PaywallLayer or \
-             x402_actix::X402Middleware), and does the engine's route table list it?",
+             x402_actix::PaywallLayer), and does the engine's route table list it?",
         )
     }
 }

@@ -5,7 +5,7 @@
 //! payment engine (facilitator, prices, replay and session stores, webhooks:
 //! [`paid_api::engine`]) and the state handles ([`AppState`]) are the axum
 //! example's, reused as they are. This crate only adds the actix-web side:
-//! the handlers, [`x402_actix::X402Middleware`] in front of them, and an
+//! the handlers, [`x402_actix::PaywallLayer`] in front of them, and an
 //! [`HttpServer`] that follows the same server contract (`DESIGN.md` §9).
 //!
 //! | Route | Price |
@@ -44,7 +44,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use actix_web::{dev::ServerHandle, web, App, HttpResponse, HttpServer};
 use serde_json::{json, Value};
-use x402_actix::{Discovery, Payment, UsageMeter, X402Middleware};
+use x402_actix::{Discovery, Payment, PaywallLayer, UsageMeter};
 
 pub use paid_api::{
     timestamp, AppState, AssetConfig, Config, Error, FacilitatorConfig, DEFAULT_NETWORK,
@@ -58,7 +58,7 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Registers the handlers on an actix-web `App` (or `Scope`).
 ///
 /// The paywall is not here: wrap the `App` in
-/// [`X402Middleware`] built from [`paid_api::engine`], whose route table
+/// [`PaywallLayer`] built from [`paid_api::engine`], whose route table
 /// decides what is paid. `/health` and `/close` are not in it, so they pass
 /// through for free. `POST /close` needs the [`AppState`] as
 /// `web::Data<AppState>`.
@@ -106,7 +106,7 @@ pub async fn server(config: Config) -> Result<Server, Error> {
     let http = HttpServer::new(move || {
         App::new()
             .app_data(data.clone())
-            .wrap(X402Middleware::new(engine.clone()))
+            .wrap(PaywallLayer::new(engine.clone()))
             .configure(routes)
             // What agents and catalogues read, the same documents as
             // paid-api's: every paid route with its offers, from the engine.

@@ -9,7 +9,7 @@ pub struct EngineBuilder {
     routes: Vec<Route>,
     hooks: Vec<Arc<dyn PaymentHooks>>,
     max_header_bytes: usize,
-    paywall: Arc<dyn Paywall>,
+    paywall: Arc<dyn PaywallPage>,
     sessions: Arc<dyn SessionStore>,
     session_deadline: Duration,
     session_open_deadline: Duration,
@@ -102,7 +102,7 @@ impl EngineBuilder {
     }
 
     /// Replaces the browser paywall page.
-    pub fn paywall(mut self, paywall: impl Paywall) -> Self {
+    pub fn paywall_page(mut self, paywall: impl PaywallPage) -> Self {
         self.paywall = Arc::new(paywall);
         self
     }
@@ -238,7 +238,7 @@ impl Engine {
             routes: Vec::new(),
             hooks: Vec::new(),
             max_header_bytes: codec::DEFAULT_MAX_HEADER_BYTES,
-            paywall: Arc::new(DefaultPaywall),
+            paywall: Arc::new(DefaultPaywallPage),
             sessions: Arc::new(MemorySessionStore::new()),
             session_deadline: Duration::from_millis(250),
             session_open_deadline: Duration::from_secs(5),

@@ -73,7 +73,7 @@ use crate::{
     late::Late,
     meter::Meter,
     money::AtomicAmount,
-    paywall::{DefaultPaywall, Paywall},
+    paywall::{DefaultPaywallPage, PaywallPage},
     proto::{
         v2, FacilitatorRequest, JsonObject, PaymentPayload, PaymentRequirements, SupportedResponse,
         VerifyResponse, X402Version,
@@ -122,7 +122,7 @@ struct Inner {
     /// Whether any hook implements `on_protected_request`.
     inspects_requests: bool,
     max_header_bytes: usize,
-    paywall: Arc<dyn Paywall>,
+    paywall: Arc<dyn PaywallPage>,
     supported: OnceCell<Arc<SupportedResponse>>,
     sessions: Arc<dyn SessionStore>,
     session_deadline: Duration,

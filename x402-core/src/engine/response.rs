@@ -6,7 +6,7 @@ use http::{header, HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 pub use crate::refusal::Refusal;
 use crate::{
     challenge, codec, network,
-    paywall::Paywall,
+    paywall::PaywallPage,
     proto::{v2, JsonObject, SettleResponse, X402Version},
 };
 
@@ -99,7 +99,7 @@ pub(crate) fn challenge_response(encoded: &EncodedChallenge) -> EngineResponse {
 pub(crate) fn paywall_response(
     parts: &ChallengeParts<'_>,
     encoded: &EncodedChallenge,
-    paywall: &dyn Paywall,
+    paywall: &dyn PaywallPage,
 ) -> EngineResponse {
     let v2 = challenge::payment_required(
         parts.resource,
