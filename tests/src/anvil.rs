@@ -1,11 +1,10 @@
 //! A local anvil node with the TestUSDC token deployed, and the official
 //! x402 clients of `tests/js` (`pay.mjs`), for the interop tests.
 //!
-//! Everything comes from `tests/js/node_modules` (run `npm ci` in `tests/js`
-//! once): the pinned `@foundry-rs/anvil` binary and the npm clients. Every
-//! process started here is killed when its guard drops, also on panic.
-//!
-//! Adapted from `x402-core/tests/common/anvil.rs`.
+//! Everything comes from `tests/js/node_modules` (`bash scripts/test-all.sh`
+//! installs it; see [`crate::require`]): the pinned `@foundry-rs/anvil`
+//! binary and the npm clients. Every process started here is killed when its
+//! guard drops, also on panic.
 
 use std::{
     io::{BufRead, BufReader},
@@ -23,6 +22,8 @@ use alloy_rpc_types_eth::{TransactionReceipt, TransactionRequest};
 use alloy_signer_local::PrivateKeySigner;
 use alloy_sol_types::{SolCall, SolValue};
 use serde_json::Value;
+
+use crate::require;
 
 /// The anvil dev accounts used by the tests (public test keys: never use
 /// them anywhere else).
@@ -47,27 +48,19 @@ mod sol {
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests crate lives in the workspace")
-        .to_path_buf()
+    require::workspace_root()
 }
 
-/// `tests/js`.
+/// `tests/js` (see [`require::js_dir`]).
 pub fn js_dir() -> PathBuf {
-    workspace_root().join("tests/js")
+    require::js_dir()
 }
 
 /// Panics (fails the test) with the fix when `tests/js/node_modules` is
-/// missing.
+/// missing: [`require::node_tooling`].
+#[track_caller]
 pub fn require_node_modules() {
-    let modules = js_dir().join("node_modules");
-    assert!(
-        modules.join("@x402/fetch").exists() && modules.join("x402-fetch").exists(),
-        "{} is missing or incomplete: run `npm ci` in tests/js first \
-         (the interop tests need anvil and the official x402 clients from npm)",
-        modules.display()
-    );
+    require::node_tooling();
 }
 
 /// The address of a private key.
@@ -75,19 +68,6 @@ pub fn address_of(key: &str) -> Address {
     key.parse::<PrivateKeySigner>()
         .expect("a valid test key")
         .address()
-}
-
-fn anvil_binary() -> PathBuf {
-    let (os, arch) = match (std::env::consts::OS, std::env::consts::ARCH) {
-        ("linux", "x86_64") => ("linux", "amd64"),
-        ("linux", "aarch64") => ("linux", "arm64"),
-        ("macos", "aarch64") => ("darwin", "arm64"),
-        ("macos", "x86_64") => ("darwin", "amd64"),
-        (os, arch) => panic!("no pinned anvil binary for {os}/{arch}"),
-    };
-    js_dir().join(format!(
-        "node_modules/@foundry-rs/anvil-{os}-{arch}/bin/anvil"
-    ))
 }
 
 /// A running anvil; killed on drop.
@@ -107,15 +87,11 @@ impl Drop for Anvil {
 
 impl Anvil {
     /// Starts anvil with chain id 84532 on a free port and waits until it
-    /// listens. Fails (panics) if `tests/js/node_modules` is missing.
+    /// listens. Fails (panics, in one line) if `tests/js/node_modules` is
+    /// missing: [`require::anvil`].
+    #[track_caller]
     pub fn start() -> Self {
-        require_node_modules();
-        let binary = anvil_binary();
-        assert!(
-            binary.exists(),
-            "the anvil binary is missing at {}: run `npm ci` in tests/js first",
-            binary.display()
-        );
+        let binary = require::anvil();
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -290,16 +266,12 @@ pub struct PayOutcome {
 /// `node tests/js/pay.mjs`, with `extra` arguments (e.g. `--schemes exact,upto`).
 /// The node process is killed if it outlives `timeout`.
 pub async fn pay(client: &str, url: &str, key: &str, rpc: &str, extra: &[&str]) -> PayOutcome {
-    require_node_modules();
-    let child = tokio::process::Command::new("node")
-        .current_dir(js_dir())
-        .arg("pay.mjs")
+    let child = require::node_async("pay.mjs")
         .args(["--client", client, "--url", url, "--key", key, "--rpc", rpc])
         .args(["--timeout-ms", "60000"])
         .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .expect("cannot run node (node >= 20 is needed for the interop tests)");
     let output = tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())

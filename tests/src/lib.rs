@@ -32,8 +32,10 @@ pub mod boundary;
 pub mod capabilities;
 pub mod client;
 mod conformance;
+pub mod core_support;
 pub mod handler;
 pub mod payment;
+pub mod require;
 pub mod standin;
 pub mod suite;
 

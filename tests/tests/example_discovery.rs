@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use paid_api::{AppState, Config};
+use paid_api_common::{AppState, Config};
 use serde_json::Value;
 use x402_core::discovery::{OPENAPI_PATH, WELL_KNOWN_PATH};
 

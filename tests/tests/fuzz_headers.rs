@@ -5,60 +5,34 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::{
-    atomic::{AtomicUsize, Ordering},
-    Arc,
-};
+use std::sync::Arc;
 
-use async_trait::async_trait;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use x402_core::{
     codec,
     engine::Decision,
-    facilitator::{Facilitator, FacilitatorError},
-    proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse},
     route::RequestView,
+    testing::{SettleAnswer, StandIn, VerifyAnswer},
     Engine,
 };
 use x402_tests::{client::standard_engine, payment, suite::expected_row, PAY_TO};
 
 const REASON: &str = "fuzz_says_invalid";
 
-#[derive(Debug, Default)]
-struct Invalid {
-    verify: AtomicUsize,
-    settle: AtomicUsize,
-}
-
-#[async_trait]
-impl Facilitator for Invalid {
-    async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> {
-        self.verify.fetch_add(1, Ordering::SeqCst);
-        Ok(VerifyResponse::invalid(REASON, None))
-    }
-    async fn settle(&self, r: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> {
-        self.settle.fetch_add(1, Ordering::SeqCst);
-        Ok(SettleResponse::failure(
-            r.payment_requirements.network(),
-            REASON,
-        ))
-    }
-    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
-        Ok(serde_json::from_value(x402_tests::standin::supported_json()).unwrap())
-    }
-}
-
 struct Harness {
     runtime: tokio::runtime::Runtime,
     engine: Engine,
-    facilitator: Arc<Invalid>,
+    facilitator: Arc<StandIn>,
 }
 
 impl Harness {
     fn new() -> Self {
-        let facilitator = Arc::new(Invalid::default());
+        let supported = serde_json::from_value(x402_tests::standin::supported_json()).unwrap();
+        let facilitator = Arc::new(StandIn::new().with_supported(supported).without_records());
+        facilitator.set_verify(VerifyAnswer::Invalid(REASON.into()));
+        facilitator.set_settle(SettleAnswer::Refused(REASON.into()));
         Self {
             runtime: tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -78,14 +52,14 @@ impl Harness {
         headers.insert(name.clone(), value);
         headers.insert("host", HeaderValue::from_static("fuzz.test"));
         let uri: Uri = path.parse().unwrap();
-        let before = self.facilitator.verify.load(Ordering::SeqCst);
+        let before = self.facilitator.verify_calls();
         let decision = self.runtime.block_on(async {
             self.engine
                 .process(RequestView::new(&Method::GET, &uri, &headers))
                 .await
         });
-        let verified = self.facilitator.verify.load(Ordering::SeqCst) > before;
-        prop_assert_eq!(self.facilitator.settle.load(Ordering::SeqCst), 0);
+        let verified = self.facilitator.verify_calls() > before;
+        prop_assert_eq!(self.facilitator.settle_calls(), 0);
         match decision {
             Decision::Respond(response) => {
                 prop_assert_eq!(response.status().as_u16(), 402);
@@ -260,5 +234,5 @@ fn valid_headers_reach_verify() {
         "/paid",
     )
     .unwrap();
-    assert_eq!(h.facilitator.verify.load(Ordering::SeqCst), 2);
+    assert_eq!(h.facilitator.verify_calls(), 2);
 }

@@ -15,7 +15,7 @@ use std::{future::Future, pin::Pin};
 
 use alloy_primitives::{Address, U256};
 use alloy_provider::DynProvider;
-use paid_api::{AssetConfig, Config, FacilitatorConfig};
+use paid_api_common::{AssetConfig, Config, FacilitatorConfig};
 use tokio::task::JoinHandle;
 use x402_tests::anvil::{self, accounts, Anvil};
 

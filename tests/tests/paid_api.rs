@@ -16,7 +16,7 @@ use alloy_primitives::{keccak256, Address, U256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
 use base64::{engine::general_purpose::STANDARD, Engine as _};
-use paid_api::{AppState, Config};
+use paid_api_common::{AppState, Config};
 use serde_json::{json, Value};
 use x402_core::{
     evm::{eip3009_domain, Eip3009Authorization, ExactEvmPayload},
@@ -351,13 +351,13 @@ async fn post_close_answers_then_stops_the_server(framework: Start) {
 
 #[tokio::test]
 async fn the_dev_ledger_refuses_mainnets() {
-    // Both servers build their engine with `paid_api::engine`.
+    // Both servers build their engine with `paid_api_common::engine`.
     let config = Config {
         network: "eip155:8453".into(),
-        asset: paid_api::AssetConfig::default_for("eip155:8453").unwrap(),
+        asset: paid_api_common::AssetConfig::default_for("eip155:8453").unwrap(),
         ..Config::dev()
     };
-    let Err(error) = paid_api::engine(&config).await else {
+    let Err(error) = paid_api_common::engine(&config).await else {
         panic!("mainnet accepted");
     };
     assert!(error.to_string().contains("mainnet"), "{error}");
@@ -522,23 +522,16 @@ async fn paid_api_discovery_and_openapi_validate_and_metrics_count() {
         "{openapi}"
     );
 
-    let js = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("js");
-    assert!(
-        js.join("node_modules/@apidevtools/swagger-parser").exists(),
-        "the validators are not installed: run `npm ci` in tests/js (scripts/test-all.sh does it)"
-    );
     let dir = std::env::temp_dir().join(format!("x402-paid-api-discovery-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("d.json"), document.to_string()).unwrap();
     std::fs::write(dir.join("o.json"), openapi.to_string()).unwrap();
     let schema = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../x402-core/tests/data/discovery.schema.json");
-    let out = std::process::Command::new("node")
-        .arg(js.join("validate-discovery.mjs"))
+    let out = x402_tests::require::node("validate-discovery.mjs")
         .arg(schema)
         .arg(dir.join("d.json"))
         .arg(dir.join("o.json"))
-        .current_dir(&js)
         .output()
         .expect("node must be installed");
     let _ = std::fs::remove_dir_all(&dir);

@@ -160,9 +160,10 @@ async fn row_at(client: &reqwest::Client, base: &str) -> Value {
 // Redis
 // ---------------------------------------------------------------------------
 
-/// The shared Redis of the environment.
-fn shared_redis_url() -> String {
-    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+/// The shared Redis of the environment (the test fails with the set-up
+/// command when none answers).
+async fn shared_redis_url() -> String {
+    x402_tests::require::redis_url().await
 }
 
 /// A key prefix no other test (or run) uses.
@@ -390,7 +391,7 @@ async fn spawn_server(facilitator: &str, redis: &str, prefix: &str) -> (Child, S
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_copies_across_three_processes_sharing_redis_run_the_handler_once() {
-    let redis = shared_redis_url();
+    let redis = shared_redis_url().await;
     let prefix = unique_prefix("multiprocess");
     let _clean = CleanPrefix {
         url: redis.clone(),
@@ -673,7 +674,7 @@ async fn handler_failure_releases_the_claim_memory_store() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handler_failure_releases_the_claim_redis_store() {
-    let url = shared_redis_url();
+    let url = shared_redis_url().await;
     let prefix = unique_prefix("handler500");
     let _clean = CleanPrefix {
         url: url.clone(),

@@ -35,7 +35,7 @@ use std::{
 use alloy_primitives::keccak256;
 use axum::{http::StatusCode, response::IntoResponse, Json, Router};
 use base64::{engine::general_purpose::STANDARD, Engine as _};
-use paid_api::{AppState, Config};
+use paid_api_common::{AppState, Config};
 use serde_json::{json, Value};
 use x402_core::webhook::WebhookSecret;
 use x402_tests::{EventLog, StandIn, VerifyMode};
@@ -549,7 +549,7 @@ async fn start_up_errors_show_no_secret() {
         ("WEBHOOK_SECRET", secrets.webhook.to_whsec()),
     ]);
     shown.extend(debug_of(&redis));
-    let error = paid_api::engine(&redis).await.unwrap_err();
+    let error = paid_api_common::engine(&redis).await.unwrap_err();
     assert!(matches!(error, paid_api::Error::Redis(_)), "{error:?}");
     shown.extend([error.to_string(), format!("{error:?}")]);
 
@@ -559,7 +559,7 @@ async fn start_up_errors_show_no_secret() {
         ("FACILITATOR_EVM_PRIVATE_KEY", chain_secrets.private_key()),
     ]);
     chain_shown.extend(debug_of(&chain));
-    let error = paid_api::engine(&chain).await.unwrap_err();
+    let error = paid_api_common::engine(&chain).await.unwrap_err();
     assert!(
         matches!(error, paid_api::Error::Facilitator(_)),
         "{error:?}"
@@ -568,7 +568,7 @@ async fn start_up_errors_show_no_secret() {
 
     // Plain http:// to a remote facilitator is refused, with the fix named.
     let remote = Config {
-        facilitator: paid_api::FacilitatorConfig::Http {
+        facilitator: paid_api_common::FacilitatorConfig::Http {
             url: format!(
                 "http://{}:{}@facilitator.example/?apiKey={}",
                 secrets.fac_user, secrets.fac_pass, secrets.fac_query
@@ -577,7 +577,7 @@ async fn start_up_errors_show_no_secret() {
         ..Config::dev()
     };
     shown.extend(debug_of(&remote));
-    let error = paid_api::engine(&remote).await.unwrap_err();
+    let error = paid_api_common::engine(&remote).await.unwrap_err();
     let text = error.to_string();
     assert!(
         text.contains("FACILITATOR_URL") && text.contains("https://"),

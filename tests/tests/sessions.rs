@@ -16,41 +16,15 @@ use http::{HeaderMap, StatusCode};
 use serde_json::Value;
 use x402_core::{
     codec,
-    facilitator::{Facilitator, FacilitatorError},
-    proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse},
     route::RequestView,
     session::{MemorySessionStore, RedisSessionStore, SessionOffer, SessionStore},
+    testing::StandIn,
     Completion, Decision, Engine, Offer, Route,
 };
-use x402_tests::{payment, PAYER, PAY_TO};
-
-/// Answers valid and settled, counting settlements.
-#[derive(Debug, Default)]
-struct Counting {
-    settles: AtomicUsize,
-}
-
-#[async_trait::async_trait]
-impl Facilitator for Counting {
-    async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> {
-        Ok(VerifyResponse::valid(PAYER))
-    }
-    async fn settle(&self, r: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> {
-        self.settles.fetch_add(1, Ordering::SeqCst);
-        Ok(SettleResponse {
-            success: true,
-            transaction: "0xfeed".into(),
-            network: r.payment_requirements.network().into(),
-            ..SettleResponse::default()
-        })
-    }
-    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
-        Ok(SupportedResponse::default())
-    }
-}
+use x402_tests::{payment, PAY_TO};
 
 fn engine(
-    facilitator: Arc<Counting>,
+    facilitator: Arc<StandIn>,
     store: impl SessionStore,
     calls: u64,
     ttl: Duration,
@@ -59,7 +33,7 @@ fn engine(
 }
 
 fn engine_with_deadline(
-    facilitator: Arc<Counting>,
+    facilitator: Arc<StandIn>,
     store: impl SessionStore,
     calls: u64,
     ttl: Duration,
@@ -71,7 +45,7 @@ fn engine_with_deadline(
 }
 
 fn builder(
-    facilitator: Arc<Counting>,
+    facilitator: Arc<StandIn>,
     store: impl SessionStore,
     calls: u64,
     ttl: Duration,
@@ -168,7 +142,7 @@ fn redis_prefix() -> String {
 }
 
 async fn redis_store_at(prefix: &str) -> RedisSessionStore {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let url = x402_tests::require::redis_url().await;
     RedisSessionStore::connect(&url)
         .await
         .unwrap()
@@ -186,7 +160,7 @@ macro_rules! session_suite {
 
             #[tokio::test]
             async fn opening_counts_as_the_first_call_and_calls_count_down() {
-                let f = Arc::new(Counting::default());
+                let f = Arc::new(StandIn::new());
                 let e = engine(f.clone(), $store, 3, Duration::from_secs(60));
                 let (token, headers) = buy(&e).await;
                 assert_eq!(headers["x-payment-session-remaining"], "2");
@@ -217,16 +191,12 @@ macro_rules! session_suite {
                 assert_eq!(status, 402);
                 assert!(!ran);
                 assert_eq!(challenge_error(&headers), "session_exhausted");
-                assert_eq!(
-                    f.settles.load(Ordering::SeqCst),
-                    1,
-                    "one settlement for the whole session"
-                );
+                assert_eq!(f.settle_calls(), 1, "one settlement for the whole session");
             }
 
             #[tokio::test]
             async fn a_failed_handler_gives_the_call_back() {
-                let f = Arc::new(Counting::default());
+                let f = Arc::new(StandIn::new());
                 let e = engine(f, $store, 2, Duration::from_secs(60));
                 let (token, _) = buy(&e).await;
                 let (status, _, ran) = call(
@@ -250,7 +220,7 @@ macro_rules! session_suite {
 
             #[tokio::test]
             async fn expired_sessions_are_refused() {
-                let f = Arc::new(Counting::default());
+                let f = Arc::new(StandIn::new());
                 let e = engine(f, $store, 10, Duration::from_secs(1));
                 let (token, _) = buy(&e).await;
                 tokio::time::sleep(Duration::from_millis(2100)).await;
@@ -267,7 +237,7 @@ macro_rules! session_suite {
 
             #[tokio::test]
             async fn sessions_are_bound_to_their_scope() {
-                let f = Arc::new(Counting::default());
+                let f = Arc::new(StandIn::new());
                 let e = engine(f, $store, 10, Duration::from_secs(60));
                 let (token, _) = buy(&e).await;
                 let (status, headers, ran) = call(
@@ -292,7 +262,7 @@ macro_rules! session_suite {
 
             #[tokio::test]
             async fn unknown_and_malformed_tokens_get_the_challenge() {
-                let f = Arc::new(Counting::default());
+                let f = Arc::new(StandIn::new());
                 let e = engine(f.clone(), $store, 10, Duration::from_secs(60));
                 let unknown = payment::random_hex(32)[2..].to_owned();
                 assert_eq!(unknown.len(), 64);
@@ -314,7 +284,7 @@ macro_rules! session_suite {
                 .await;
                 assert_eq!(status, 402);
                 assert_eq!(challenge_error(&headers), "session_invalid");
-                assert_eq!(f.settles.load(Ordering::SeqCst), 0);
+                assert_eq!(f.settle_calls(), 0);
             }
         }
     };
@@ -325,7 +295,7 @@ session_suite!(redis, redis_store().await);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_100_call_session_redeems_exactly_100_times_across_3_instances() {
-    let facilitator = Arc::new(Counting::default());
+    let facilitator = Arc::new(StandIn::new());
     // Three engine instances, each with its own connection to the shared
     // Redis (the same key prefix). The deadline is generous: this test is
     // about exactly-once redemption, not latency on a loaded 2-core machine.
@@ -378,5 +348,5 @@ async fn a_100_call_session_redeems_exactly_100_times_across_3_instances() {
         "handler runs in total, the opening call included"
     );
     assert_eq!(refused.load(Ordering::SeqCst), 1000 - runs);
-    assert_eq!(facilitator.settles.load(Ordering::SeqCst), 1);
+    assert_eq!(facilitator.settle_calls(), 1);
 }

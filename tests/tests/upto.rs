@@ -15,13 +15,7 @@ use axum::{
 };
 use serde_json::Value;
 use x402_axum::{PaywallLayer, UsageMeter};
-use x402_core::{
-    codec,
-    facilitator::{Facilitator, FacilitatorError},
-    proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse},
-    route::RequestView,
-    Completion, Decision, Engine, Offer, Route,
-};
+use x402_core::{codec, route::RequestView, testing, Completion, Decision, Engine, Offer, Route};
 use x402_tests::{
     adapters::bind, client, payment, standin::UPTO_FACILITATOR, EventLog, StandIn, PAY_TO,
 };
@@ -225,32 +219,6 @@ async fn no_report_is_charged_the_ceiling() {
     assert_eq!(receipt(&response)["amount"], "2000");
 }
 
-/// A facilitator that records settle amounts, for the property test.
-#[derive(Debug, Default)]
-struct Recorder(Mutex<Vec<String>>);
-
-#[async_trait::async_trait]
-impl Facilitator for Recorder {
-    async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> {
-        Ok(VerifyResponse::valid(x402_tests::PAYER))
-    }
-    async fn settle(&self, r: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> {
-        self.0
-            .lock()
-            .unwrap()
-            .push(r.payment_requirements.amount().to_string());
-        Ok(SettleResponse {
-            success: true,
-            transaction: "0x1".into(),
-            network: r.payment_requirements.network().into(),
-            ..SettleResponse::default()
-        })
-    }
-    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
-        Ok(serde_json::from_value(x402_tests::standin::supported_json()).unwrap())
-    }
-}
-
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
 
@@ -258,7 +226,8 @@ proptest::proptest! {
     fn never_charges_above_the_ceiling(ceiling in 1u64..u64::MAX, report in proptest::prelude::any::<u64>()) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
-            let recorder = Arc::new(Recorder::default());
+            let supported = serde_json::from_value(x402_tests::standin::supported_json()).unwrap();
+            let recorder = Arc::new(testing::StandIn::new().with_supported(supported));
             let engine = Engine::builder(recorder.clone())
                 .route(Route::get("/m").offer(Offer::upto("eip155:84532", ceiling.to_string(), PAY_TO)))
                 .build()
@@ -272,7 +241,11 @@ proptest::proptest! {
             paid.payment().meter.as_ref().unwrap().add(report);
             let mut headers = HeaderMap::new();
             let Completion::Deliver = paid.complete(http::StatusCode::OK, &mut headers).await else { panic!() };
-            let settled = recorder.0.lock().unwrap().clone();
+            let settled: Vec<String> = recorder
+                .settle_requests()
+                .iter()
+                .map(|r| r.payment_requirements.amount().to_string())
+                .collect();
             let expected = report.min(ceiling);
             if expected == 0 {
                 assert!(settled.is_empty());

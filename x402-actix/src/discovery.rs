@@ -27,19 +27,12 @@ use crate::convert::{headers_to_http1, response};
 /// serves the same documents; this type only registers them with actix-web.
 ///
 /// ```
-/// # use x402_core::facilitator::{Facilitator, FacilitatorError};
-/// # use x402_core::proto::*;
-/// # #[derive(Debug)] struct Nobody;
-/// # #[async_trait::async_trait] impl Facilitator for Nobody {
-/// #   async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
-/// #   async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
-/// #   async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> { Ok(Default::default()) }
-/// # }
+/// # use x402_core::testing::StandIn;
 /// # #[actix_web::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use actix_web::{test, web, App, HttpResponse};
 /// use x402_actix::{core::discovery::OpenApiInfo, Discovery, Engine, Offer, Route, PaywallLayer};
 ///
-/// let engine = Engine::builder(Nobody)
+/// let engine = Engine::builder(StandIn::new())
 ///     .route(Route::get("/report").offer(Offer::exact(
 ///         "eip155:84532",
 ///         "$0.01",
@@ -125,32 +118,16 @@ mod tests {
     use actix_web::{body::to_bytes, test, App};
     use x402_core::{
         discovery::{DiscoveryEndpoints, OpenApiInfo, OPENAPI_PATH, WELL_KNOWN_PATH},
-        facilitator::{Facilitator, FacilitatorError},
-        proto::*,
+        testing::StandIn,
         Engine, EngineBuilder, Offer, Route,
     };
 
     use super::Discovery;
 
-    #[derive(Debug)]
-    struct Nobody;
-
-    #[async_trait::async_trait]
-    impl Facilitator for Nobody {
-        async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> {
-            Err(FacilitatorError::Timeout)
-        }
-        async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> {
-            Err(FacilitatorError::Timeout)
-        }
-        async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
-            Err(FacilitatorError::Timeout)
-        }
-    }
 
     fn engine(origin: impl FnOnce(EngineBuilder) -> EngineBuilder) -> Engine {
         let pay_to = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
-        origin(Engine::builder(Nobody))
+        origin(Engine::builder(StandIn::new().supported_down()))
             .route(Route::get("/weather/:city").offer(Offer::exact(
                 "eip155:84532",
                 "$0.001",

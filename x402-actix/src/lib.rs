@@ -13,16 +13,9 @@
 //! ```
 //! use actix_web::{test, web, App, HttpResponse};
 //! use x402_actix::{Engine, Offer, Payment, Route, PaywallLayer};
-//! # use x402_core::facilitator::{Facilitator, FacilitatorError};
-//! # use x402_core::proto::*;
-//! # #[derive(Debug)] struct Nobody;
-//! # #[async_trait::async_trait] impl Facilitator for Nobody {
-//! #   async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
-//! #   async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
-//! #   async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> { Ok(Default::default()) }
-//! # }
+//! # use x402_core::testing::StandIn;
 //! # #[actix_web::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let engine = Engine::builder(Nobody)
+//! let engine = Engine::builder(StandIn::new())
 //!     .route(Route::get("/paid").offer(Offer::exact(
 //!         "eip155:84532",
 //!         "$0.001",

@@ -41,16 +41,9 @@ use crate::convert::{self, HandlerBody, RequestHead};
 /// use actix_web::{web, App, HttpResponse};
 /// use x402_actix::{Payment, PaywallLayer};
 /// use x402_core::{Engine, Offer, Route};
-/// # use x402_core::facilitator::{Facilitator, FacilitatorError};
-/// # use x402_core::proto::*;
-/// # #[derive(Debug)] struct Nobody;
-/// # #[async_trait::async_trait] impl Facilitator for Nobody {
-/// #   async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
-/// #   async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
-/// #   async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> { Ok(Default::default()) }
-/// # }
+/// # use x402_core::testing::StandIn;
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let engine = Engine::builder(Nobody)
+/// let engine = Engine::builder(StandIn::new())
 ///     .route(Route::get("/api/report").offer(Offer::exact(
 ///         "eip155:84532",
 ///         "$0.01",

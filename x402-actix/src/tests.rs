@@ -6,10 +6,7 @@
 
 use std::{
     future::ready,
-    sync::{
-        atomic::{AtomicUsize, Ordering},
-        Arc, Mutex,
-    },
+    sync::{Arc, Mutex},
 };
 
 use actix_web::{
@@ -22,51 +19,13 @@ use actix_web::{
 use async_trait::async_trait;
 use serde_json::json;
 use x402_core::{
-    codec,
-    facilitator::{Facilitator, FacilitatorError},
     hooks::{CancelReason, PaymentContext, PaymentHooks},
-    proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse},
+    testing::{self, SettleAnswer, StandIn, PAYER, PAY_TO},
 };
 
 use crate::{Engine, MissingPaywall, Offer, Payment, PaywallLayer, Route};
 
-const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
-const PAYER: &str = "0x857b06519E91e3A54538791bDbb0E22373e36b66";
 const SECRET: &str = "the paid goods";
-
-/// A facilitator that says yes to every payment, and settles or refuses.
-#[derive(Debug, Default)]
-struct Stub {
-    refuse_settlement: bool,
-    verified: AtomicUsize,
-    settled: AtomicUsize,
-}
-
-#[async_trait]
-impl Facilitator for Stub {
-    async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> {
-        self.verified.fetch_add(1, Ordering::SeqCst);
-        Ok(VerifyResponse::valid(PAYER))
-    }
-
-    async fn settle(&self, r: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> {
-        self.settled.fetch_add(1, Ordering::SeqCst);
-        let network = r.payment_requirements.network().to_owned();
-        if self.refuse_settlement {
-            return Ok(SettleResponse::failure(network, "insufficient_funds"));
-        }
-        Ok(SettleResponse {
-            success: true,
-            transaction: "0x1234".into(),
-            network,
-            ..SettleResponse::default()
-        })
-    }
-
-    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
-        Ok(SupportedResponse::default())
-    }
-}
 
 /// Records why payments were canceled.
 #[derive(Debug, Clone, Default)]
@@ -89,7 +48,11 @@ fn offer() -> Offer {
     Offer::exact("eip155:84532", "$0.001", PAY_TO)
 }
 
-fn engine(stub: &Arc<Stub>, cancels: &Cancels, routes: impl IntoIterator<Item = Route>) -> Engine {
+fn engine(
+    stub: &Arc<StandIn>,
+    cancels: &Cancels,
+    routes: impl IntoIterator<Item = Route>,
+) -> Engine {
     Engine::builder(Arc::clone(stub))
         .routes(routes)
         .hooks(cancels.clone())
@@ -100,29 +63,13 @@ fn engine(stub: &Arc<Stub>, cancels: &Cancels, routes: impl IntoIterator<Item = 
 /// A fresh payment (its own nonce, valid for ten minutes): the engine
 /// claims each authorization once.
 fn payment_header() -> String {
-    static NONCE: AtomicUsize = AtomicUsize::new(1);
-    let nonce = NONCE.fetch_add(1, Ordering::SeqCst);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let payment = json!({
-        "x402Version": 2,
-        "accepted": {
-            "scheme": "exact", "network": "eip155:84532", "amount": "1000",
-            "asset": "0x036CbD53842c5426634e7929541eC2318f3dCF7e", "payTo": PAY_TO,
-            "maxTimeoutSeconds": 300, "extra": {"name": "USDC", "version": "2"}
-        },
-        "payload": {
-            "signature": format!("0x{}", "ab".repeat(65)),
-            "authorization": {
-                "from": PAYER, "to": PAY_TO, "value": "1000",
-                "validAfter": "0", "validBefore": (now + 600).to_string(),
-                "nonce": format!("0x{nonce:064x}")
-            }
-        }
-    });
-    codec::encode(&payment).unwrap()
+    let requirement = serde_json::from_value(json!({
+        "scheme": "exact", "network": "eip155:84532", "amount": "1000",
+        "asset": "0x036CbD53842c5426634e7929541eC2318f3dCF7e", "payTo": PAY_TO,
+        "maxTimeoutSeconds": 300, "extra": {"name": "USDC", "version": "2"}
+    }))
+    .unwrap();
+    testing::payment(&requirement)
 }
 
 fn paid_get(uri: &str) -> test::TestRequest {
@@ -149,7 +96,7 @@ async fn text(response: ServiceResponse<impl actix_web::body::MessageBody>) -> S
 
 #[actix_web::test]
 async fn paid_request_gets_the_payment_the_body_and_the_receipt() {
-    let (stub, cancels) = (Arc::new(Stub::default()), Cancels::default());
+    let (stub, cancels) = (Arc::new(StandIn::new()), Cancels::default());
     let app = test::init_service(
         App::new()
             .wrap(PaywallLayer::new(engine(
@@ -174,13 +121,13 @@ async fn paid_request_gets_the_payment_the_body_and_the_receipt() {
         "the handler's headers survive the round trip"
     );
     assert_eq!(text(response).await, format!("{SECRET} for {PAYER}"));
-    assert_eq!(stub.settled.load(Ordering::SeqCst), 1);
+    assert_eq!(stub.settle_calls(), 1);
     assert!(cancels.reasons().is_empty());
 }
 
 #[actix_web::test]
 async fn scope_wrap_guards_only_the_scope() {
-    let (stub, cancels) = (Arc::new(Stub::default()), Cancels::default());
+    let (stub, cancels) = (Arc::new(StandIn::new()), Cancels::default());
     // The engine protects every path; the scope decides which requests
     // reach the middleware at all.
     let engine = engine(&stub, &cancels, [Route::get("/*").offer(offer())]);
@@ -212,7 +159,7 @@ async fn scope_wrap_guards_only_the_scope() {
 
 #[actix_web::test]
 async fn resource_wrap_guards_the_resource() {
-    let (stub, cancels) = (Arc::new(Stub::default()), Cancels::default());
+    let (stub, cancels) = (Arc::new(StandIn::new()), Cancels::default());
     let engine = engine(&stub, &cancels, [Route::get("/paid").offer(offer())]);
     let app = test::init_service(
         App::new().service(
@@ -261,7 +208,7 @@ async fn extractor_without_the_middleware_is_a_500_naming_it() {
 
 #[actix_web::test]
 async fn handler_error_is_delivered_unchanged_and_not_settled() {
-    let (stub, cancels) = (Arc::new(Stub::default()), Cancels::default());
+    let (stub, cancels) = (Arc::new(StandIn::new()), Cancels::default());
     let app = test::init_service(
         App::new()
             .wrap(PaywallLayer::new(engine(
@@ -282,8 +229,8 @@ async fn handler_error_is_delivered_unchanged_and_not_settled() {
     assert_eq!(response.status(), 409);
     assert!(!response.headers().contains_key("payment-response"));
     assert_eq!(text(response).await, "already done");
-    assert_eq!(stub.verified.load(Ordering::SeqCst), 1);
-    assert_eq!(stub.settled.load(Ordering::SeqCst), 0);
+    assert_eq!(stub.verify_calls(), 1);
+    assert_eq!(stub.settle_calls(), 0);
     assert!(matches!(
         cancels.reasons()[..],
         [CancelReason::HandlerFailed(status)] if status == 409
@@ -292,7 +239,7 @@ async fn handler_error_is_delivered_unchanged_and_not_settled() {
 
 #[actix_web::test]
 async fn inner_middleware_error_is_passed_on_and_the_payment_released() {
-    let (stub, cancels) = (Arc::new(Stub::default()), Cancels::default());
+    let (stub, cancels) = (Arc::new(StandIn::new()), Cancels::default());
     let app = test::init_service(
         App::new()
             .wrap_fn(|_, _| {
@@ -312,13 +259,13 @@ async fn inner_middleware_error_is_passed_on_and_the_payment_released() {
     let result = app.call(paid_get("/paid").to_request()).await;
     let error = result.expect_err("the inner error is passed on");
     assert_eq!(error.as_response_error().status_code(), 502);
-    assert_eq!(stub.settled.load(Ordering::SeqCst), 0);
+    assert_eq!(stub.settle_calls(), 0);
     assert_eq!(cancels.reasons(), [CancelReason::HandlerAborted]);
 }
 
 #[actix_web::test]
 async fn failing_body_is_not_settled() {
-    let (stub, cancels) = (Arc::new(Stub::default()), Cancels::default());
+    let (stub, cancels) = (Arc::new(StandIn::new()), Cancels::default());
     let app = test::init_service(
         App::new()
             .wrap(PaywallLayer::new(engine(
@@ -344,16 +291,14 @@ async fn failing_body_is_not_settled() {
     let body = text(response).await;
     assert!(!body.contains(SECRET));
     assert!(!body.contains("disk on fire"));
-    assert_eq!(stub.settled.load(Ordering::SeqCst), 0);
+    assert_eq!(stub.settle_calls(), 0);
     assert_eq!(cancels.reasons(), [CancelReason::HandlerAborted]);
 }
 
 #[actix_web::test]
 async fn refused_settlement_withholds_the_body() {
-    let stub = Arc::new(Stub {
-        refuse_settlement: true,
-        ..Stub::default()
-    });
+    let stub = Arc::new(StandIn::new());
+    stub.set_settle(SettleAnswer::Refused("insufficient_funds".into()));
     let cancels = Cancels::default();
     let app = test::init_service(
         App::new()
@@ -371,12 +316,12 @@ async fn refused_settlement_withholds_the_body() {
     assert!(response.headers().contains_key("payment-response"));
     assert!(!response.headers().contains_key("x-handler"));
     assert!(!text(response).await.contains(SECRET));
-    assert_eq!(stub.settled.load(Ordering::SeqCst), 1);
+    assert_eq!(stub.settle_calls(), 1);
 }
 
 #[actix_web::test]
 async fn settle_before_handler_streams_the_body_with_the_receipt() {
-    let (stub, cancels) = (Arc::new(Stub::default()), Cancels::default());
+    let (stub, cancels) = (Arc::new(StandIn::new()), Cancels::default());
     let settled_before = Arc::new(Mutex::new(None));
     let seen = settled_before.clone();
     let counter = stub.clone();
@@ -390,7 +335,7 @@ async fn settle_before_handler_streams_the_body_with_the_receipt() {
             .route(
                 "/stream",
                 web::get().to(move || {
-                    *seen.lock().unwrap() = Some(counter.settled.load(Ordering::SeqCst));
+                    *seen.lock().unwrap() = Some(counter.settle_calls());
                     let chunks = [
                         Ok::<_, std::io::Error>(Bytes::from_static(b"one;")),
                         Ok(Bytes::from_static(b"two")),

@@ -40,17 +40,10 @@ mod well_known {
     /// puts them in an axum `Router`.
     ///
     /// ```
-    /// # use x402_core::facilitator::{Facilitator, FacilitatorError};
-    /// # use x402_core::proto::*;
-    /// # #[derive(Debug)] struct Nobody;
-    /// # #[async_trait::async_trait] impl Facilitator for Nobody {
-    /// #   async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
-    /// #   async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
-    /// #   async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> { Ok(Default::default()) }
-    /// # }
+    /// # use x402_core::testing::StandIn;
     /// use x402_axum::{core::discovery::OpenApiInfo, discovery::Discovery, Engine, Offer, PaywallLayer, Route};
     ///
-    /// let engine = Engine::builder(Nobody)
+    /// let engine = Engine::builder(StandIn::new())
     ///     .route(Route::get("/report").offer(Offer::exact(
     ///         "eip155:84532",
     ///         "$0.01",
@@ -186,28 +179,12 @@ mod tests {
     use tower::ServiceExt;
     use x402_core::{
         discovery::{Bazaar, OpenApiInfo},
-        facilitator::{Facilitator, FacilitatorError},
-        proto::*,
+        testing::StandIn,
         Engine, EngineBuilder, Offer, Route,
     };
 
     use super::Discovery;
 
-    #[derive(Debug)]
-    struct Nobody;
-
-    #[async_trait::async_trait]
-    impl Facilitator for Nobody {
-        async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> {
-            Err(FacilitatorError::Timeout)
-        }
-        async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> {
-            Err(FacilitatorError::Timeout)
-        }
-        async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
-            Err(FacilitatorError::Timeout)
-        }
-    }
 
     fn engine() -> Engine {
         engine_with(|b| b.public_origin("https://api.example.com"))
@@ -215,7 +192,7 @@ mod tests {
 
     fn engine_with(origin: impl FnOnce(EngineBuilder) -> EngineBuilder) -> Engine {
         let pay_to = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
-        origin(Engine::builder(Nobody))
+        origin(Engine::builder(StandIn::new().supported_down()))
             .route(
                 Route::get("/weather/:city")
                     .offer(Offer::exact("eip155:84532", "$0.001", pay_to))

@@ -120,35 +120,25 @@ async fn supported(State(facilitator): Shared) -> Response {
 
 #[cfg(test)]
 mod tests {
-    use async_trait::async_trait;
     use axum::{body::Body, http::Request};
     use http_body_util::BodyExt;
     use tower::ServiceExt;
-    use x402_core::proto::{SettleResponse, SupportedResponse, VerifyResponse};
+    use x402_core::testing::{self, SettleAnswer, StandIn, VerifyAnswer};
 
     use super::*;
 
     /// Verifies everything as invalid, cannot settle, supports nothing.
-    #[derive(Debug)]
-    struct Stub;
-
-    #[async_trait]
-    impl Facilitator for Stub {
-        async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> {
-            Ok(VerifyResponse::invalid("nope", Some("0xpayer".into())))
-        }
-        async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> {
-            Err(FacilitatorError::Timeout)
-        }
-        async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
-            Ok(SupportedResponse::default())
-        }
+    fn stub() -> StandIn {
+        let stand_in = StandIn::new();
+        stand_in.set_verify(VerifyAnswer::Invalid("nope".into()));
+        stand_in.set_settle(SettleAnswer::Unavailable);
+        stand_in
     }
 
     const REQUEST: &str = r#"{"x402Version":2,"paymentPayload":{"x402Version":2,"accepted":{"scheme":"exact","network":"eip155:84532","amount":"1000","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","payTo":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","maxTimeoutSeconds":60,"extra":{}},"payload":{}},"paymentRequirements":{"scheme":"exact","network":"eip155:84532","amount":"1000","asset":"0x036CbD53842c5426634e7929541eC2318f3dCF7e","payTo":"0x209693Bc6afc0C5328bA36FaF03C514EF312287C","maxTimeoutSeconds":60,"extra":{}}}"#;
 
     async fn call(method: &str, path: &str, body: &str) -> (StatusCode, serde_json::Value) {
-        let response = facilitator_router(Arc::new(Stub))
+        let response = facilitator_router(Arc::new(stub()))
             .oneshot(
                 Request::builder()
                     .method(method)
@@ -170,7 +160,7 @@ mod tests {
         assert_eq!(status, StatusCode::OK);
         assert_eq!(json["isValid"], false);
         assert_eq!(json["invalidReason"], "nope");
-        assert_eq!(json["payer"], "0xpayer");
+        assert_eq!(json["payer"], testing::PAYER);
     }
 
     #[tokio::test]

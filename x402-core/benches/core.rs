@@ -11,7 +11,7 @@
 //!   static route whose resource URL comes from each request, and a route
 //!   priced per request (dynamic pricing);
 //! - `paid`: a paid request through `Engine::process` and
-//!   `PaidRequest::complete` with a facilitator stub that answers at once,
+//!   `PaidRequest::complete` with a facilitator stand-in that answers at once,
 //!   with the replay guard (in-memory claims) disabled and enabled;
 //! - `eip712`: the EIP-712 digest, secp256k1 recovery of a digest, and
 //!   `ExactEvmPayload::recover_signer` (both);
@@ -36,20 +36,17 @@ use std::{
 use alloy_primitives::{address, keccak256, Address, B256, U256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
-use async_trait::async_trait;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use serde_json::{json, Map};
 use x402_core::{
     claim, codec,
     evm::{self, eip3009_domain, Eip3009Authorization, ExactEvmPayload},
-    facilitator::{Facilitator, FacilitatorError},
+    facilitator::Facilitator,
     money::AtomicAmount,
-    proto::{
-        v1, v2, FacilitatorRequest, PaymentPayload, PaymentRequirements, SettleResponse,
-        SupportedResponse, VerifyResponse, Version,
-    },
+    proto::{v1, v2, FacilitatorRequest, PaymentPayload, PaymentRequirements, Version},
     route::{Offer, RequestView, Route},
+    testing::StandIn,
     Completion, Decision, Engine,
 };
 
@@ -134,27 +131,8 @@ fn payment_v1(payload: &ExactEvmPayload) -> v1::PaymentPayload {
 }
 
 /// A facilitator that accepts everything at once: what is left is the engine.
-#[derive(Debug)]
-struct Instant;
-
-#[async_trait]
-impl Facilitator for Instant {
-    async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> {
-        Ok(VerifyResponse::valid(
-            "0x857b06519E91e3A54538791bDbb0E22373e36b66",
-        ))
-    }
-    async fn settle(&self, r: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> {
-        Ok(SettleResponse {
-            success: true,
-            transaction: "0x1234".into(),
-            network: r.payment_requirements.network().to_owned(),
-            ..SettleResponse::default()
-        })
-    }
-    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
-        Ok(SupportedResponse::default())
-    }
+fn instant() -> StandIn {
+    StandIn::new().without_records()
 }
 
 fn offer() -> Offer {
@@ -225,7 +203,7 @@ fn codec_benches(c: &mut Criterion) {
 
 fn challenge_benches(c: &mut Criterion) {
     let rt = rt();
-    let engine = Engine::builder(Instant)
+    let engine = Engine::builder(instant())
         .route(
             Route::get("/fixed")
                 .offer(offer())
@@ -279,12 +257,12 @@ fn challenge_benches(c: &mut Criterion) {
 fn paid_benches(c: &mut Criterion) {
     let rt = rt();
     let route = || Route::get("/paid").offer(offer());
-    let unguarded = Engine::builder(Instant)
+    let unguarded = Engine::builder(instant())
         .route(route())
         .dangerous_disable_replay_guard()
         .build()
         .unwrap();
-    let guarded = Engine::builder(Instant).route(route()).build().unwrap();
+    let guarded = Engine::builder(instant()).route(route()).build().unwrap();
     let uri: Uri = "/paid".parse().unwrap();
     // The stub does not check signatures: a well-formed payload with a fresh
     // nonce is all the engine and the guard look at.

@@ -6,12 +6,9 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 use x402_core::{
     codec,
-    facilitator::{Facilitator, FacilitatorError},
-    proto::{
-        v2, FacilitatorRequest, SettleResponse, SupportedKind, SupportedResponse, VerifyResponse,
-        X402Version,
-    },
+    proto::{v2, SupportedKind, SupportedResponse, X402Version},
     route::RequestView,
+    testing::{SettleAnswer, StandIn, VerifyAnswer},
     Asset, Decision, Engine, Offer, Route,
 };
 
@@ -20,39 +17,33 @@ const UPTO_FACILITATOR: &str = "0x1111111111111111111111111111111111111111";
 const FEE_PAYER: &str = "2wKupLR9q6wXYppw8Gr2NvWxKBUqm4PPJKkQfoxHDBg4";
 const SVM_PAY_TO: &str = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin";
 
-#[derive(Debug)]
-struct SupportedOnly;
-
-#[async_trait]
-impl Facilitator for SupportedOnly {
-    async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> {
-        Err(FacilitatorError::Timeout)
-    }
-    async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> {
-        Err(FacilitatorError::Timeout)
-    }
-    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
-        Ok(SupportedResponse {
-            kinds: vec![
-                SupportedKind {
-                    x402_version: X402Version::V2,
-                    scheme: "upto".into(),
-                    network: "eip155:*".into(),
-                    extra: Some(
-                        serde_json::from_value(json!({ "facilitatorAddress": UPTO_FACILITATOR }))
-                            .unwrap(),
-                    ),
-                },
-                SupportedKind {
-                    x402_version: X402Version::V2,
-                    scheme: "exact".into(),
-                    network: "solana:*".into(),
-                    extra: Some(serde_json::from_value(json!({ "feePayer": FEE_PAYER })).unwrap()),
-                },
-            ],
-            ..SupportedResponse::default()
-        })
-    }
+/// A facilitator that only answers `/supported` (upto on every EVM network
+/// with its facilitator address, Solana exact with its fee payer); a
+/// challenge needs nothing else, and a payment would not be verified.
+fn supported_only() -> StandIn {
+    let facilitator = StandIn::new().with_supported(SupportedResponse {
+        kinds: vec![
+            SupportedKind {
+                x402_version: X402Version::V2,
+                scheme: "upto".into(),
+                network: "eip155:*".into(),
+                extra: Some(
+                    serde_json::from_value(json!({ "facilitatorAddress": UPTO_FACILITATOR }))
+                        .unwrap(),
+                ),
+            },
+            SupportedKind {
+                x402_version: X402Version::V2,
+                scheme: "exact".into(),
+                network: "solana:*".into(),
+                extra: Some(serde_json::from_value(json!({ "feePayer": FEE_PAYER })).unwrap()),
+            },
+        ],
+        ..SupportedResponse::default()
+    });
+    facilitator.set_verify(VerifyAnswer::Unavailable);
+    facilitator.set_settle(SettleAnswer::Unavailable);
+    facilitator
 }
 
 fn assert_no_null(v: &Value, path: &str) {
@@ -71,7 +62,7 @@ fn assert_no_null(v: &Value, path: &str) {
 
 #[tokio::test]
 async fn v1_body_holds_only_rows_strict_v1_clients_accept() {
-    let engine = Engine::builder(SupportedOnly)
+    let engine = Engine::builder(supported_only())
         .route(
             Route::get("/report")
                 .offer(Offer::exact("eip155:84532", "$0.01", PAY_TO))
@@ -118,7 +109,7 @@ async fn v1_body_holds_only_rows_strict_v1_clients_accept() {
 
 #[tokio::test]
 async fn static_challenge_with_fixed_resource_is_reused() {
-    let engine = Engine::builder(SupportedOnly)
+    let engine = Engine::builder(supported_only())
         .route(
             Route::get("/r")
                 .offer(Offer::exact("eip155:84532", "$0.001", PAY_TO))
@@ -143,22 +134,22 @@ async fn static_challenge_with_fixed_resource_is_reused() {
 
 #[tokio::test]
 async fn bad_configuration_is_reported_at_build() {
-    let err = Engine::builder(SupportedOnly)
+    let err = Engine::builder(supported_only())
         .route(Route::get("/x").offer(Offer::exact("eip155:84532", "1e3", PAY_TO)))
         .build()
         .unwrap_err();
     assert!(err.to_string().contains("plain decimal"), "{err}");
-    let err = Engine::builder(SupportedOnly)
+    let err = Engine::builder(supported_only())
         .route(Route::get("/x").offer(Offer::exact("eip155:999", "$1", PAY_TO)))
         .build()
         .unwrap_err();
     assert!(err.to_string().contains("no default stablecoin"), "{err}");
-    let err = Engine::builder(SupportedOnly)
+    let err = Engine::builder(supported_only())
         .route(Route::get("x"))
         .build()
         .unwrap_err();
     assert!(err.to_string().contains("must start with"), "{err}");
-    assert!(Engine::builder(SupportedOnly)
+    assert!(Engine::builder(supported_only())
         .route(Route::get("/x"))
         .build()
         .is_err());
@@ -166,7 +157,7 @@ async fn bad_configuration_is_reported_at_build() {
 
 #[tokio::test]
 async fn several_networks_on_one_route_with_solana_fee_payer_from_supported() {
-    let engine = Engine::builder(SupportedOnly)
+    let engine = Engine::builder(supported_only())
         .route(
             Route::get("/multi")
                 .offer(Offer::exact("eip155:84532", "$0.01", PAY_TO))
@@ -237,7 +228,7 @@ fn resource_url(resp: &x402_core::engine::EngineResponse) -> String {
 
 #[tokio::test]
 async fn process_decides_at_once_what_needs_no_waiting_and_agrees_when_awaited() {
-    let engine = Engine::builder(SupportedOnly)
+    let engine = Engine::builder(supported_only())
         .route(Route::get("/r").offer(Offer::exact("eip155:84532", "$0.001", PAY_TO)))
         .trust_proxy_headers()
         .build()
@@ -328,7 +319,7 @@ async fn process_decides_at_once_what_needs_no_waiting_and_agrees_when_awaited()
 
 #[tokio::test]
 async fn process_waits_for_hooks_that_inspect_requests() {
-    let engine = Engine::builder(SupportedOnly)
+    let engine = Engine::builder(supported_only())
         .route(
             Route::get("/r")
                 .offer(Offer::exact("eip155:84532", "$0.001", PAY_TO))
@@ -361,17 +352,16 @@ fn decided_now(engine: &Engine, parts: &http::request::Parts) -> Option<Decision
 /// without one names `http://localhost`, never the client's choice.
 #[tokio::test]
 async fn resource_urls_come_from_the_public_origin_never_from_the_client() {
-    let build =
-        |origin: Option<&str>| {
-            let builder = Engine::builder(SupportedOnly)
-                .route(Route::get("/r").offer(Offer::exact("eip155:84532", "$0.001", PAY_TO)));
-            match origin {
-                Some(origin) => builder.public_origin(origin),
-                None => builder,
-            }
-            .build()
-            .unwrap()
-        };
+    let build = |origin: Option<&str>| {
+        let builder = Engine::builder(supported_only())
+            .route(Route::get("/r").offer(Offer::exact("eip155:84532", "$0.001", PAY_TO)));
+        match origin {
+            Some(origin) => builder.public_origin(origin),
+            None => builder,
+        }
+        .build()
+        .unwrap()
+    };
     let hostile: &[(&str, &str)] = &[
         ("host", "evil.example"),
         ("x-forwarded-host", "evil.example"),
@@ -416,7 +406,7 @@ fn a_public_origin_is_scheme_and_authority_only() {
         "https://user@api.example.com",
         "https://",
     ] {
-        let built = Engine::builder(SupportedOnly).public_origin(bad).build();
+        let built = Engine::builder(supported_only()).public_origin(bad).build();
         assert!(
             matches!(
                 built,
@@ -431,7 +421,7 @@ fn a_public_origin_is_scheme_and_authority_only() {
 /// value of a list, and nothing that would change the URL's shape.
 #[tokio::test]
 async fn a_trusted_proxy_names_the_origin() {
-    let engine = Engine::builder(SupportedOnly)
+    let engine = Engine::builder(supported_only())
         .route(Route::get("/r").offer(Offer::exact("eip155:84532", "$0.001", PAY_TO)))
         .trust_proxy_headers()
         .build()

@@ -4,10 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::{
-    sync::{
-        atomic::{AtomicUsize, Ordering},
-        Arc, Mutex,
-    },
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -16,52 +13,31 @@ use http::{HeaderMap, StatusCode};
 use serde_json::{json, Value};
 use x402_core::{
     codec,
-    facilitator::{Facilitator, FacilitatorError},
+    facilitator::FacilitatorError,
     hooks::{
         AfterVerify, BeforeSettle, BeforeVerify, CancelReason, HookError, PaymentContext,
         PaymentHooks, ProtectedRequest, RequestContext,
     },
-    proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse},
+    proto::{SettleResponse, VerifyResponse},
     route::RequestView,
+    testing::{self, SettleAnswer, StandIn, VerifyAnswer, PAYER},
     Completion, Decision, Engine, EngineBuilder, Offer, Route,
 };
 
 const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
-const PAYER: &str = "0x857b06519E91e3A54538791bDbb0E22373e36b66";
 
-/// A facilitator that counts calls and can be told to fail.
-#[derive(Debug, Default)]
-struct Counting {
-    verifies: AtomicUsize,
-    settles: AtomicUsize,
-    verify_down: bool,
-    settle_down: bool,
+/// A facilitator that gives no answer to `verify`.
+fn verify_down() -> StandIn {
+    let facilitator = StandIn::new();
+    facilitator.set_verify(VerifyAnswer::Unavailable);
+    facilitator
 }
 
-#[async_trait]
-impl Facilitator for Counting {
-    async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> {
-        self.verifies.fetch_add(1, Ordering::SeqCst);
-        if self.verify_down {
-            return Err(FacilitatorError::Timeout);
-        }
-        Ok(VerifyResponse::valid(PAYER))
-    }
-    async fn settle(&self, r: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> {
-        self.settles.fetch_add(1, Ordering::SeqCst);
-        if self.settle_down {
-            return Err(FacilitatorError::Timeout);
-        }
-        Ok(SettleResponse {
-            success: true,
-            transaction: "0xfacilitator".into(),
-            network: r.payment_requirements.network().into(),
-            ..SettleResponse::default()
-        })
-    }
-    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
-        Ok(SupportedResponse::default())
-    }
+/// A facilitator that gives no answer to `settle`.
+fn settle_down() -> StandIn {
+    let facilitator = StandIn::new();
+    facilitator.set_settle(SettleAnswer::Unavailable);
+    facilitator
 }
 
 /// What a scripted hook does at each step.
@@ -185,16 +161,16 @@ impl PaymentHooks for Scripted {
 
 struct Setup {
     engine: Engine,
-    facilitator: Arc<Counting>,
+    facilitator: Arc<StandIn>,
     log: Arc<Mutex<Vec<String>>>,
 }
 
-fn setup(facilitator: Counting, scripts: Vec<(&'static str, Script)>) -> Setup {
+fn setup(facilitator: StandIn, scripts: Vec<(&'static str, Script)>) -> Setup {
     setup_with(facilitator, scripts, |b| b)
 }
 
 fn setup_with(
-    facilitator: Counting,
+    facilitator: StandIn,
     scripts: Vec<(&'static str, Script)>,
     configure: impl FnOnce(EngineBuilder) -> EngineBuilder,
 ) -> Setup {
@@ -221,39 +197,10 @@ fn setup_with(
     }
 }
 
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
 /// A fresh v2 payment header for `/paid`'s offer.
 async fn payment(engine: &Engine) -> String {
-    let (parts, ()) = http::Request::get("/paid").body(()).unwrap().into_parts();
-    let Decision::Respond(challenge) = engine.process(RequestView::from_parts(&parts)).await else {
-        panic!("expected a challenge");
-    };
-    let required: Value = codec::decode(
-        challenge.headers()[codec::PAYMENT_REQUIRED].as_bytes(),
-        1 << 16,
-    )
-    .unwrap();
-    let nonce: [u8; 32] = rand::random();
-    let nonce: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
-    codec::encode(&json!({
-        "x402Version": 2,
-        "accepted": required["accepts"][0],
-        "payload": {
-            "signature": format!("0x{}", "11".repeat(65)),
-            "authorization": {
-                "from": PAYER, "to": PAY_TO, "value": "10000",
-                "validAfter": "0", "validBefore": (unix_now() + 600).to_string(),
-                "nonce": format!("0x{nonce}"),
-            }
-        }
-    }))
-    .unwrap()
+    let challenge = testing::challenge(engine, http::Request::get("/paid").body(()).unwrap()).await;
+    testing::payment(&challenge.accepts[0])
 }
 
 async fn decide(engine: &Engine, header: Option<&str>) -> Decision {
@@ -277,7 +224,7 @@ fn error_of(response: &x402_core::engine::EngineResponse) -> String {
 #[tokio::test]
 async fn a_protected_request_hook_grants_or_refuses_before_payment() {
     let s = setup(
-        Counting::default(),
+        StandIn::new(),
         vec![(
             "h",
             Script {
@@ -287,14 +234,14 @@ async fn a_protected_request_hook_grants_or_refuses_before_payment() {
         )],
     );
     assert!(matches!(decide(&s.engine, None).await, Decision::Pass));
-    assert_eq!(s.facilitator.verifies.load(Ordering::SeqCst), 0);
+    s.facilitator.assert_calls(0, 0);
 
     let refuse = ProtectedRequest::Refuse {
         status: StatusCode::FORBIDDEN,
         reason: "region_blocked".into(),
     };
     let s = setup(
-        Counting::default(),
+        StandIn::new(),
         vec![(
             "h",
             Script {
@@ -308,6 +255,7 @@ async fn a_protected_request_hook_grants_or_refuses_before_payment() {
     };
     assert_eq!(r.status(), 403);
     assert_eq!(error_of(&r), "region_blocked");
+    s.facilitator.assert_calls(0, 0);
 }
 
 #[tokio::test]
@@ -316,7 +264,7 @@ async fn before_verify_aborts_or_skips_the_facilitator() {
         reason: "payer_blocked".into(),
     };
     let s = setup(
-        Counting::default(),
+        StandIn::new(),
         vec![(
             "h",
             Script {
@@ -333,11 +281,11 @@ async fn before_verify_aborts_or_skips_the_facilitator() {
         (r.status().as_u16(), error_of(&r)),
         (402, "payer_blocked".into())
     );
-    assert_eq!(s.facilitator.verifies.load(Ordering::SeqCst), 0);
+    s.facilitator.assert_calls(0, 0);
 
     let skip = BeforeVerify::Skip(VerifyResponse::valid(PAYER));
     let s = setup(
-        Counting::default(),
+        StandIn::new(),
         vec![(
             "h",
             Script {
@@ -350,17 +298,18 @@ async fn before_verify_aborts_or_skips_the_facilitator() {
     let Decision::Paid(paid) = decide(&s.engine, Some(&header)).await else {
         panic!()
     };
-    assert_eq!(s.facilitator.verifies.load(Ordering::SeqCst), 0, "skipped");
+    assert_eq!(s.facilitator.verify_calls(), 0, "skipped");
     assert!(matches!(
         paid.complete(StatusCode::OK, &mut HeaderMap::new()).await,
         Completion::Deliver
     ));
+    s.facilitator.assert_calls(0, 1);
 }
 
 #[tokio::test]
 async fn after_verify_refuses_by_its_own_rule_and_fails_closed() {
     let s = setup(
-        Counting::default(),
+        StandIn::new(),
         vec![
             ("first", Script::default()),
             (
@@ -388,7 +337,7 @@ async fn after_verify_refuses_by_its_own_rule_and_fails_closed() {
     );
 
     let s = setup(
-        Counting::default(),
+        StandIn::new(),
         vec![(
             "h",
             Script {
@@ -406,7 +355,7 @@ async fn after_verify_refuses_by_its_own_rule_and_fails_closed() {
     assert_eq!(error_of(&r), "quota_unavailable");
 
     let s = setup(
-        Counting::default(),
+        StandIn::new(),
         vec![(
             "h",
             Script {
@@ -429,10 +378,7 @@ async fn after_verify_refuses_by_its_own_rule_and_fails_closed() {
 
 #[tokio::test]
 async fn verify_failure_can_be_recovered() {
-    let down = Counting {
-        verify_down: true,
-        ..Counting::default()
-    };
+    let down = verify_down();
     let s = setup(
         down,
         vec![(
@@ -448,11 +394,9 @@ async fn verify_failure_can_be_recovered() {
         decide(&s.engine, Some(&header)).await,
         Decision::Paid(_)
     ));
+    s.facilitator.assert_calls(1, 0);
 
-    let down = Counting {
-        verify_down: true,
-        ..Counting::default()
-    };
+    let down = verify_down();
     let s = setup(down, vec![("h", Script::default())]);
     let header = payment(&s.engine).await;
     let Decision::Respond(r) = decide(&s.engine, Some(&header)).await else {
@@ -462,12 +406,13 @@ async fn verify_failure_can_be_recovered() {
         (r.status().as_u16(), error_of(&r)),
         (502, "facilitator_unavailable".into())
     );
+    s.facilitator.assert_calls(1, 0);
 }
 
 #[tokio::test]
 async fn before_settle_aborts_and_settle_failure_can_be_recovered() {
     let s = setup(
-        Counting::default(),
+        StandIn::new(),
         vec![(
             "h",
             Script {
@@ -490,12 +435,9 @@ async fn before_settle_aborts_and_settle_failure_can_be_recovered() {
         (receipt["success"].clone(), receipt["errorReason"].clone()),
         (json!(false), json!("kill_switch"))
     );
-    assert_eq!(s.facilitator.settles.load(Ordering::SeqCst), 0);
+    s.facilitator.assert_calls(1, 0);
 
-    let down = Counting {
-        settle_down: true,
-        ..Counting::default()
-    };
+    let down = settle_down();
     let s = setup(
         down,
         vec![(
@@ -518,12 +460,13 @@ async fn before_settle_aborts_and_settle_failure_can_be_recovered() {
     let receipt: Value =
         codec::decode(headers[codec::PAYMENT_RESPONSE].as_bytes(), 1 << 16).unwrap();
     assert_eq!(receipt["transaction"], "0xrecovered");
+    s.facilitator.assert_calls(1, 1);
 }
 
 #[tokio::test]
 async fn hooks_run_in_registration_order_and_hear_about_failed_handlers() {
     let s = setup(
-        Counting::default(),
+        StandIn::new(),
         vec![("a", Script::default()), ("b", Script::default())],
     );
     let header = payment(&s.engine).await;
@@ -569,15 +512,16 @@ async fn hooks_run_in_registration_order_and_hear_about_failed_handlers() {
     );
     assert!(!log.iter().any(|l| l.contains("settle")), "{log:?}");
     assert_eq!(
-        s.facilitator.settles.load(Ordering::SeqCst),
+        s.facilitator.settle_calls(),
         1,
         "only the first payment settled"
     );
+    s.facilitator.assert_calls(2, 1);
 }
 
 #[tokio::test]
 async fn a_client_that_hangs_up_mid_handler_keeps_the_claim_by_default() {
-    let s = setup(Counting::default(), vec![("h", Script::default())]);
+    let s = setup(StandIn::new(), vec![("h", Script::default())]);
     let header = payment(&s.engine).await;
     let Decision::Paid(paid) = decide(&s.engine, Some(&header)).await else {
         panic!()
@@ -596,12 +540,12 @@ async fn a_client_that_hangs_up_mid_handler_keeps_the_claim_by_default() {
         panic!("a resend after a hang-up ran the handler again")
     };
     assert_eq!(error_of(&r), "payment_replayed");
-    assert_eq!(s.facilitator.settles.load(Ordering::SeqCst), 0);
+    assert_eq!(s.facilitator.settle_calls(), 0);
 }
 
 #[tokio::test]
 async fn release_claims_on_hang_up_lets_the_same_payment_be_retried() {
-    let s = setup_with(Counting::default(), vec![("h", Script::default())], |b| {
+    let s = setup_with(StandIn::new(), vec![("h", Script::default())], |b| {
         b.release_claims_on_hang_up(true)
     });
     let header = payment(&s.engine).await;

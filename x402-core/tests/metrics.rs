@@ -4,86 +4,22 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use std::{
-    collections::BTreeMap,
-    sync::atomic::{AtomicU8, Ordering},
-    sync::Arc,
-    time::Duration,
-};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use metrics_exporter_prometheus::PrometheusBuilder;
-use serde_json::{json, Value};
 use x402_core::{
-    codec,
-    facilitator::{Facilitator, FacilitatorError},
-    proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse},
-    route::RequestView,
+    proto::v2,
     session::SessionOffer,
-    Completion, Decision, Engine, Offer, Route,
+    testing::{self, SettleAnswer, StandIn, VerifyAnswer},
+    Engine, Offer, Route, VerifiedPayment,
 };
 
 const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
-const PAYER: &str = "0x857b06519E91e3A54538791bDbb0E22373e36b66";
 const NETWORK: &str = "eip155:84532";
 const USDC: &str = "0x036cbd53842c5426634e7929541ec2318f3dcf7e";
 
-const OK: u8 = 0;
-const INVALID: u8 = 1;
-const VERIFY_DOWN: u8 = 2;
-const SETTLE_REFUSED: u8 = 3;
-const SETTLE_DOWN: u8 = 4;
-
-/// A facilitator whose next answers the test chooses.
-#[derive(Debug, Default)]
-struct Scripted {
-    mode: AtomicU8,
-}
-
-#[async_trait::async_trait]
-impl Facilitator for Scripted {
-    async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> {
-        match self.mode.load(Ordering::SeqCst) {
-            INVALID => Ok(VerifyResponse::invalid(
-                "insufficient_funds",
-                Some(PAYER.into()),
-            )),
-            VERIFY_DOWN => Err(FacilitatorError::Timeout),
-            _ => Ok(VerifyResponse::valid(PAYER)),
-        }
-    }
-    async fn settle(&self, r: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> {
-        match self.mode.load(Ordering::SeqCst) {
-            SETTLE_DOWN => Err(FacilitatorError::Timeout),
-            SETTLE_REFUSED => Ok(SettleResponse {
-                success: false,
-                error_reason: Some("transaction_failed".into()),
-                network: r.payment_requirements.network().into(),
-                ..SettleResponse::default()
-            }),
-            _ => Ok(SettleResponse {
-                success: true,
-                transaction: "0xfeed".into(),
-                network: r.payment_requirements.network().into(),
-                ..SettleResponse::default()
-            }),
-        }
-    }
-    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
-        Ok(serde_json::from_value(json!({
-            "kinds": [
-                {"x402Version": 2, "scheme": "exact", "network": NETWORK},
-                {"x402Version": 2, "scheme": "upto", "network": NETWORK,
-                 "extra": {"facilitatorAddress": "0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002"}}
-            ],
-            "extensions": [],
-            "signers": {}
-        }))
-        .unwrap())
-    }
-}
-
-fn engine(facilitator: Arc<Scripted>) -> Engine {
+fn engine(facilitator: Arc<StandIn>) -> Engine {
     Engine::builder_arc(facilitator)
         .route(Route::get("/exact/evm/eip3009").offer(Offer::exact(NETWORK, "$0.001", PAY_TO)))
         .route(Route::get("/upto/evm/permit2").offer(Offer::upto(NETWORK, "2000", PAY_TO)))
@@ -99,51 +35,9 @@ fn engine(facilitator: Arc<Scripted>) -> Engine {
         .unwrap()
 }
 
-fn random_hex(n: usize) -> String {
-    let mut s = String::from("0x");
-    for _ in 0..n {
-        s.push_str(&format!("{:02x}", rand::random::<u8>()));
-    }
-    s
-}
-
-fn valid_before() -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    (now + 300).to_string()
-}
-
-/// A `PAYMENT-SIGNATURE` for a row of a 402 (a fresh nonce each time), in
-/// the transfer method the row advertises.
-fn pay(row: &Value) -> String {
-    let payload = if row["extra"]["assetTransferMethod"] == "permit2" {
-        json!({
-            "signature": random_hex(65),
-            "permit2Authorization": {
-                "from": PAYER,
-                "permitted": {"token": row["asset"], "amount": row["amount"]},
-                "spender": x402_core::evm::UPTO_PERMIT2_PROXY.to_checksum(None),
-                "nonce": format!("0x{}", random_hex(16).trim_start_matches("0x")),
-                "deadline": valid_before(),
-                "witness": {"to": row["payTo"], "validAfter": "0"}
-            }
-        })
-    } else {
-        json!({
-            "signature": random_hex(65),
-            "authorization": {
-                "from": PAYER, "to": row["payTo"], "value": row["amount"], "validAfter": "0",
-                "validBefore": valid_before(), "nonce": random_hex(32)
-            }
-        })
-    };
-    codec::encode(&json!({"x402Version": 2, "accepted": row, "payload": payload})).unwrap()
-}
-
-/// One request through the engine; the handler answers `status`, with
-/// `handler_headers`. Returns the final status and headers.
+/// One request through the engine; the handler (which must only run for a
+/// paid request) answers `status`, with `handler_headers`. Returns the final
+/// status and headers.
 async fn call(
     engine: &Engine,
     path: &str,
@@ -155,38 +49,36 @@ async fn call(
     for (k, v) in headers {
         builder = builder.header(*k, *v);
     }
-    let (parts, ()) = builder.body(()).unwrap().into_parts();
-    match engine.process(RequestView::from_parts(&parts)).await {
-        Decision::Pass => panic!("protected"),
-        Decision::Respond(r) => (r.status(), r.headers().clone()),
-        Decision::Paid(paid) => {
-            let mut out = handler_headers;
-            match paid.complete(status, &mut out).await {
-                Completion::Deliver => (status, out),
-                Completion::Replace(r) => (r.status(), r.headers().clone()),
-            }
-        }
-    }
+    let request = builder.body(()).unwrap();
+    let response = testing::serve(engine, request, |request| async move {
+        assert!(
+            request.extensions().get::<VerifiedPayment>().is_some(),
+            "{path} is protected: the handler runs only when paid"
+        );
+        let mut response = Response::new(String::new());
+        *response.status_mut() = status;
+        *response.headers_mut() = handler_headers;
+        response
+    })
+    .await;
+    (response.status(), response.headers().clone())
 }
 
 async fn get(engine: &Engine, path: &str, headers: &[(&str, &str)]) -> (StatusCode, HeaderMap) {
     call(engine, path, headers, StatusCode::OK, HeaderMap::new()).await
 }
 
-async fn first_row(engine: &Engine, path: &str) -> Value {
-    let (status, headers) = get(engine, path, &[]).await;
-    assert_eq!(status, 402);
-    let v: Value = codec::decode(headers["payment-required"].as_bytes(), 1 << 16).unwrap();
-    v["accepts"][0].clone()
+/// The 402 of an unpaid request to `path`.
+async fn challenge(engine: &Engine, path: &str) -> v2::PaymentRequired {
+    testing::challenge(engine, http::Request::get(path).body(()).unwrap()).await
 }
 
-async fn script(f: Arc<Scripted>) {
+async fn script(f: Arc<StandIn>) {
     let e = engine(f.clone());
-    let set = |m| f.mode.store(m, Ordering::SeqCst);
 
     // 1 challenge; 1 paid (1000); its replay refused.
-    let row = first_row(&e, "/exact/evm/eip3009").await;
-    let header = pay(&row);
+    let row = challenge(&e, "/exact/evm/eip3009").await.accepts[0].clone();
+    let header = testing::payment(&row);
     assert_eq!(
         get(&e, "/exact/evm/eip3009", &[("payment-signature", &header)])
             .await
@@ -201,59 +93,60 @@ async fn script(f: Arc<Scripted>) {
     );
 
     // Refused by the facilitator; facilitator down at verify.
-    set(INVALID);
+    f.set_verify(VerifyAnswer::Invalid("insufficient_funds".into()));
     assert_eq!(
         get(
             &e,
             "/exact/evm/eip3009",
-            &[("payment-signature", &pay(&row))]
+            &[("payment-signature", &testing::payment(&row))]
         )
         .await
         .0,
         402
     );
-    set(VERIFY_DOWN);
+    f.set_verify(VerifyAnswer::Unavailable);
     assert_eq!(
         get(
             &e,
             "/exact/evm/eip3009",
-            &[("payment-signature", &pay(&row))]
+            &[("payment-signature", &testing::payment(&row))]
         )
         .await
         .0,
         502
     );
+    f.set_verify(VerifyAnswer::Valid);
 
     // Settlement refused; settlement outcome unknown.
-    set(SETTLE_REFUSED);
+    f.set_settle(SettleAnswer::Refused("transaction_failed".into()));
     assert_eq!(
         get(
             &e,
             "/exact/evm/eip3009",
-            &[("payment-signature", &pay(&row))]
+            &[("payment-signature", &testing::payment(&row))]
         )
         .await
         .0,
         402
     );
-    set(SETTLE_DOWN);
+    f.set_settle(SettleAnswer::Unavailable);
     assert_eq!(
         get(
             &e,
             "/exact/evm/eip3009",
-            &[("payment-signature", &pay(&row))]
+            &[("payment-signature", &testing::payment(&row))]
         )
         .await
         .0,
         502
     );
-    set(OK);
+    f.set_settle(SettleAnswer::Success);
 
     // A failed handler is not charged.
     let (status, _) = call(
         &e,
         "/exact/evm/eip3009",
-        &[("payment-signature", &pay(&row))],
+        &[("payment-signature", &testing::payment(&row))],
         StatusCode::INTERNAL_SERVER_ERROR,
         HeaderMap::new(),
     )
@@ -261,13 +154,13 @@ async fn script(f: Arc<Scripted>) {
     assert_eq!(status, 500);
 
     // upto: charged 740 of 2000.
-    let upto = first_row(&e, "/upto/evm/permit2").await;
+    let upto = challenge(&e, "/upto/evm/permit2").await.accepts[0].clone();
     let mut report = HeaderMap::new();
     report.insert("settlement-overrides", HeaderValue::from_static("740"));
     let (status, _) = call(
         &e,
         "/upto/evm/permit2",
-        &[("payment-signature", &pay(&upto))],
+        &[("payment-signature", &testing::payment(&upto))],
         StatusCode::OK,
         report,
     )
@@ -275,13 +168,15 @@ async fn script(f: Arc<Scripted>) {
     assert_eq!(status, 200);
 
     // A session bought (50000) and two calls redeemed.
-    let (_, headers) = get(&e, "/session/demo", &[]).await;
-    let v: Value = codec::decode(headers["payment-required"].as_bytes(), 1 << 16).unwrap();
-    let session_row = v["extensions"]["session"]["info"]["offers"][0]["accepts"][0].clone();
+    let required = challenge(&e, "/session/demo").await;
+    let session_row: v2::PaymentRequirements = serde_json::from_value(
+        required.extensions["session"]["info"]["offers"][0]["accepts"][0].clone(),
+    )
+    .unwrap();
     let (status, headers) = get(
         &e,
         "/session/demo",
-        &[("payment-signature", &pay(&session_row))],
+        &[("payment-signature", &testing::payment(&session_row))],
     )
     .await;
     assert_eq!(status, 200);
@@ -294,6 +189,9 @@ async fn script(f: Arc<Scripted>) {
             200
         );
     }
+    // Every payment verified but the session calls; the exact, upto and
+    // session purchases settled, and the refused and unknown settlements.
+    f.assert_calls(9, 5);
 }
 
 /// `name{k="v",...} value` lines, keyed by name and sorted labels.
@@ -325,7 +223,7 @@ fn parse(text: &str) -> BTreeMap<(String, BTreeMap<String, String>), f64> {
 fn a_scripted_sequence_is_counted() {
     let recorder = PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
-    let facilitator = Arc::new(Scripted::default());
+    let facilitator = Arc::new(StandIn::new().supporting(NETWORK));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -9,14 +9,7 @@ use http::{Extensions, Uri};
 /// use http::Extensions;
 /// use x402_tower::{Dispatch, PaywallLayer};
 /// # use x402_core::Engine;
-/// # use x402_core::facilitator::{Facilitator, FacilitatorError};
-/// # use x402_core::proto::*;
-/// # #[derive(Debug)] struct Nobody;
-/// # #[async_trait::async_trait] impl Facilitator for Nobody {
-/// #   async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
-/// #   async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
-/// #   async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> { Ok(Default::default()) }
-/// # }
+/// # use x402_core::testing::StandIn;
 ///
 /// /// The template my router stores in each request it dispatches.
 /// #[derive(Clone)]
@@ -26,7 +19,7 @@ use http::{Extensions, Uri};
 ///     Dispatch::default().route_template(extensions.get::<MatchedTemplate>().map(|t| t.0))
 /// }
 ///
-/// # let engine = Engine::builder(Nobody).build()?;
+/// # let engine = Engine::builder(StandIn::new()).build()?;
 /// let layer = PaywallLayer::new(engine).read_dispatch(my_router);
 /// # let _ = layer;
 /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -32,16 +32,9 @@ impl PaywallLayer {
     /// ```
     /// use x402_core::{Engine, Offer, Route};
     /// use x402_tower::PaywallLayer;
-    /// # use x402_core::facilitator::{Facilitator, FacilitatorError};
-    /// # use x402_core::proto::*;
-    /// # #[derive(Debug)] struct Nobody;
-    /// # #[async_trait::async_trait] impl Facilitator for Nobody {
-    /// #   async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
-    /// #   async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
-    /// #   async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> { Ok(Default::default()) }
-    /// # }
+    /// # use x402_core::testing::StandIn;
     ///
-    /// let paywall = PaywallLayer::new(Engine::builder(Nobody).build()?);
+    /// let paywall = PaywallLayer::new(Engine::builder(StandIn::new()).build()?);
     /// let weather = paywall.route(Route::get("/weather/{city}").offer(Offer::exact(
     ///     "eip155:84532",
     ///     "$0.001",

@@ -14,30 +14,9 @@ use std::{
     task::{Context, Poll},
 };
 
-use async_trait::async_trait;
 use tower::{Service, ServiceExt};
-use x402_core::{
-    facilitator::{Facilitator, FacilitatorError},
-    proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse},
-    Engine, Offer, Route,
-};
+use x402_core::{testing::StandIn, Engine, Offer, Route};
 use x402_tower::Paywall;
-
-#[derive(Debug)]
-struct Nobody;
-
-#[async_trait]
-impl Facilitator for Nobody {
-    async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> {
-        Err(FacilitatorError::Timeout)
-    }
-    async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> {
-        Err(FacilitatorError::Timeout)
-    }
-    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
-        Ok(SupportedResponse::default())
-    }
-}
 
 /// An inner service that counts its clones and its calls.
 #[derive(Debug, Default)]
@@ -86,7 +65,8 @@ async fn send(
 
 #[tokio::test]
 async fn pass_through_and_ready_402s_never_clone_the_inner_service() {
-    let engine = Engine::builder(Nobody)
+    let facilitator = Arc::new(StandIn::new());
+    let engine = Engine::builder_arc(facilitator.clone())
         .route(
             Route::get("/paid")
                 .offer(Offer::exact(
@@ -123,4 +103,5 @@ async fn pass_through_and_ready_402s_never_clone_the_inner_service() {
     assert_eq!(response.status(), 402);
     assert_eq!(clones.load(Ordering::SeqCst), 1);
     assert_eq!(calls.load(Ordering::SeqCst), 3);
+    facilitator.assert_calls(0, 0);
 }

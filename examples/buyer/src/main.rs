@@ -129,7 +129,16 @@ async fn main() -> ExitCode {
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let _ = writeln!(std::io::stderr(), "x402-buyer: {e}");
+            // The error, then each cause: `x402-buyer: http request failed:
+            // error sending request ...`.
+            let mut stderr = std::io::stderr().lock();
+            let _ = write!(stderr, "x402-buyer: {e}");
+            let mut cause = e.source();
+            while let Some(e) = cause {
+                let _ = write!(stderr, ": {e}");
+                cause = e.source();
+            }
+            let _ = writeln!(stderr);
             ExitCode::FAILURE
         }
     }

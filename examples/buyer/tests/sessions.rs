@@ -1,15 +1,10 @@
 //! Prepaid sessions, buyer side, against a real seller: an axum app behind
-//! `x402_axum::PaywallLayer` over an `x402_core::Engine`, with a facilitator
-//! stub that says valid and settled and counts settlements.
+//! `x402_axum::PaywallLayer` over an `x402_core::Engine`, with the facilitator
+//! stand-in of `x402_core::testing`, which says valid and settled and counts
+//! settlements.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::{
-    sync::{
-        atomic::{AtomicUsize, Ordering},
-        Arc,
-    },
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use axum::{routing::get, Router};
 use x402_axum::PaywallLayer;
@@ -17,12 +12,7 @@ use x402_buyer::{
     Address, AtomicAmount, Buyer, BuyerBuilder, PaymentPayload, PrivateKeySigner, Purchase,
     SessionUse,
 };
-use x402_core::{
-    facilitator::{Facilitator, FacilitatorError},
-    proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse},
-    session::SessionOffer,
-    Engine, Offer, Route,
-};
+use x402_core::{session::SessionOffer, testing::StandIn, Engine, Offer, Route};
 
 const USDC: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
 const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
@@ -34,39 +24,9 @@ const PER_CALL: u64 = 1_000;
 const SESSION: u64 = 5_000;
 const CALLS: u64 = 10;
 
-/// Answers valid and settled, counting settlements.
-#[derive(Debug, Default)]
-struct Counting {
-    settles: AtomicUsize,
-}
-
-#[async_trait::async_trait]
-impl Facilitator for Counting {
-    async fn verify(&self, r: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> {
-        let _ = r;
-        Ok(VerifyResponse::valid(
-            "0x1111111111111111111111111111111111111111",
-        ))
-    }
-
-    async fn settle(&self, r: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> {
-        self.settles.fetch_add(1, Ordering::SeqCst);
-        Ok(SettleResponse {
-            success: true,
-            transaction: format!("0x{}", "ab".repeat(32)),
-            network: r.payment_requirements.network().into(),
-            ..SettleResponse::default()
-        })
-    }
-
-    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
-        Ok(SupportedResponse::default())
-    }
-}
-
 struct Seller {
     base: String,
-    facilitator: Arc<Counting>,
+    facilitator: Arc<StandIn>,
 }
 
 impl Seller {
@@ -75,14 +35,14 @@ impl Seller {
     }
 
     fn settles(&self) -> usize {
-        self.facilitator.settles.load(Ordering::SeqCst)
+        self.facilitator.settle_calls()
     }
 }
 
 /// A seller of `/api` at $0.001 per call, or a session of ten calls for
 /// `session_price` paid to `session_pay_to`.
 async fn start(session_price: &str, session_pay_to: &str) -> Seller {
-    let facilitator = Arc::new(Counting::default());
+    let facilitator = Arc::new(StandIn::new());
     let engine = Engine::builder(facilitator.clone())
         .route(
             Route::get("/api")

@@ -1,35 +1,20 @@
 //! The paid API of `examples/paid-api`, served by actix-web: a template to
 //! copy.
 //!
-//! One route table, two frameworks: the configuration ([`Config`]), the
-//! payment engine (facilitator, prices, replay and session stores, webhooks:
-//! [`paid_api::engine`]) and the state handles ([`AppState`]) are the axum
-//! example's, reused as they are. This crate only adds the actix-web side:
-//! the handlers, [`x402_actix::PaywallLayer`] in front of them, and an
-//! [`HttpServer`] that follows the same server contract (`DESIGN.md` §9).
+//! One route table, two frameworks: the routes, prices, configuration
+//! (environment variables) and the `POST /close` loopback rule are those of
+//! [`paid_api_common`], which holds everything that does not depend on the
+//! web framework: the [`Config`], the payment engine
+//! ([`paid_api_common::engine`]: facilitator, route table, stores,
+//! webhooks), the [`AppState`] handles and the JSON each handler answers.
+//! The axum app, `examples/paid-api`, is built on the same crate. This one
+//! only adds the actix-web side: the handlers, [`x402_actix::PaywallLayer`]
+//! in front of them, the discovery ([`x402_actix::Discovery`]) and
+//! `/metrics` routes, and an [`HttpServer`] that follows the same server
+//! contract (`DESIGN.md` §9).
 //!
-//! | Route | Price |
-//! |---|---|
-//! | `GET /exact/evm/eip3009` | $0.001, `exact` (EIP-3009) |
-//! | `GET /upto/evm/permit2` | `upto`, ceiling 2000 atomic units; the handler charges 1000 |
-//! | `GET /session/demo` | $0.001 per call, or a prepaid session: 100 calls for $0.05 |
-//! | `GET /health` | free |
-//! | `GET /.well-known/x402`, `GET /.well-known/x402/openapi.json` | free; discovery and OpenAPI documents ([`x402_actix::Discovery`]) |
-//! | `GET /metrics` | free; Prometheus counters (keep it off the public internet) |
-//! | `POST /close` | free; answers, then the server shuts down (loopback only) |
-//!
-//! As in paid-api, `POST /close` stops the server only when it is bound to a
-//! loopback address; bound to any other (`HOST=0.0.0.0`), it answers 404 with
-//! an empty body, as for a path that does not exist, and the server keeps
-//! running ([`AppState::close_enabled`], decided from the bound address).
-//!
-//! The environment is the same as paid-api's ([`Config::from_env`]): `PORT`
-//! (default 4021), `HOST` (default 127.0.0.1), `EVM_*`, `FACILITATOR_URL`,
-//! `EVM_RPC_URL` + `FACILITATOR_EVM_PRIVATE_KEY`, `REDIS_URL`,
-//! `WEBHOOK_URL` + `WEBHOOK_SECRET`; with nothing set, the server runs
-//! offline on an in-memory dev ledger. To change what is sold and for how
-//! much, edit the route table in `examples/paid-api/src/lib.rs` (or copy
-//! [`paid_api::engine`] into your own crate): both servers pick it up.
+//! To change what is sold and for how much, edit the route table in
+//! `examples/paid-api-common/src/payments.rs`: both servers pick it up.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), paid_api_actix::Error> {
@@ -43,12 +28,15 @@
 use std::{net::SocketAddr, time::Duration};
 
 use actix_web::{dev::ServerHandle, web, App, HttpResponse, HttpServer};
-use serde_json::{json, Value};
+use paid_api_common::{
+    close_body, exact_body, health_body, metrics_handle, openapi_info, session_body,
+    shutdown_signal, upto_body,
+};
 use x402_actix::{Discovery, Payment, PaywallLayer, UsageMeter};
 
-pub use paid_api::{
-    timestamp, AppState, AssetConfig, Config, Error, FacilitatorConfig, DEFAULT_NETWORK,
-    DEFAULT_PAYEE, DEFAULT_PORT, UPTO_CEILING, UPTO_CHARGE,
+pub use paid_api_common::{
+    AppState, AssetConfig, Config, Error, FacilitatorConfig, DEFAULT_NETWORK, DEFAULT_PAYEE,
+    DEFAULT_PORT, UPTO_CEILING, UPTO_CHARGE,
 };
 
 /// How long requests in flight (and pending webhooks) get once the server
@@ -58,7 +46,7 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Registers the handlers on an actix-web `App` (or `Scope`).
 ///
 /// The paywall is not here: wrap the `App` in
-/// [`PaywallLayer`] built from [`paid_api::engine`], whose route table
+/// [`PaywallLayer`] built from [`paid_api_common::engine`], whose route table
 /// decides what is paid. `/health` and `/close` are not in it, so they pass
 /// through for free. `POST /close` needs the [`AppState`] as
 /// `web::Data<AppState>`.
@@ -98,9 +86,9 @@ impl std::fmt::Debug for Server {
 pub async fn server(config: Config) -> Result<Server, Error> {
     let listener = std::net::TcpListener::bind(config.addr())?;
     let config = config.bound_to(listener.local_addr()?);
-    let (engine, state) = paid_api::engine(&config).await?;
+    let (engine, state) = paid_api_common::engine(&config).await?;
     // Installs the process's Prometheus recorder before the first request.
-    let _ = paid_api::metrics_handle();
+    let _ = metrics_handle();
     let data = web::Data::new(state.clone());
     let stop = state.clone();
     let http = HttpServer::new(move || {
@@ -110,7 +98,7 @@ pub async fn server(config: Config) -> Result<Server, Error> {
             .configure(routes)
             // What agents and catalogues read, the same documents as
             // paid-api's: every paid route with its offers, from the engine.
-            .service(Discovery::new(engine.clone()).openapi(paid_api::openapi_info()))
+            .service(Discovery::new(engine.clone()).openapi(openapi_info()))
             // Prometheus counters of challenges, payments, settlements and
             // sessions. Keep /metrics off the public internet.
             .route("/metrics", web::get().to(metrics))
@@ -120,7 +108,7 @@ pub async fn server(config: Config) -> Result<Server, Error> {
     .shutdown_signal(async move {
         tokio::select! {
             () = stop.wait_for_shutdown() => {}
-            () = paid_api::shutdown_signal() => {}
+            () = shutdown_signal() => {}
         }
     })
     .shutdown_timeout(SHUTDOWN_GRACE.as_secs())
@@ -165,34 +153,29 @@ impl Server {
 }
 
 // ---------------------------------------------------------------------------
-// Handlers: your business logic goes here. The paid ones only run for paid
-// requests (the middleware answers 402 before they are called).
+// Handlers. The paid ones only run for paid requests (the middleware answers
+// 402 before they are called); what they answer (your business logic) is in
+// `paid_api_common`, shared with the axum app.
 
 /// `GET /exact/evm/eip3009`: paid $0.001.
 async fn exact(Payment(payment): Payment) -> HttpResponse {
-    tracing::info!(payer = ?payment.payer, amount = %payment.amount, "paid call");
-    success("Paid content: exact (EIP-3009)")
+    HttpResponse::Ok().json(exact_body(&payment))
 }
 
-/// `GET /upto/evm/permit2`: report what the call cost through the meter
-/// (here a fixed [`UPTO_CHARGE`]; in a real API, tokens used, bytes sent...).
+/// `GET /upto/evm/permit2`: reports what the call cost through the meter
+/// ([`UPTO_CHARGE`]).
 async fn upto(UsageMeter(meter): UsageMeter) -> HttpResponse {
-    meter.set(UPTO_CHARGE);
-    success("Paid content: upto (metered)")
+    HttpResponse::Ok().json(upto_body(&meter))
 }
 
 /// `GET /session/demo`: paid per call, or redeemed from a prepaid session.
 async fn session(Payment(payment): Payment) -> HttpResponse {
-    let mut body = message("Paid content: session demo");
-    if let (Some(call), Value::Object(map)) = (&payment.session, &mut body) {
-        map.insert("sessionCallsRemaining".into(), json!(call.remaining));
-    }
-    HttpResponse::Ok().json(body)
+    HttpResponse::Ok().json(session_body(&payment))
 }
 
 /// `GET /health`: free.
 async fn health() -> HttpResponse {
-    HttpResponse::Ok().json(json!({ "status": "ok", "timestamp": timestamp() }))
+    HttpResponse::Ok().json(health_body())
 }
 
 /// `POST /close`: answers, then shuts the server down (the e2e harness's way
@@ -206,21 +189,13 @@ async fn close(state: web::Data<AppState>) -> HttpResponse {
         return HttpResponse::NotFound().finish();
     }
     state.shutdown();
-    HttpResponse::Ok().json(json!({ "message": "closing", "timestamp": timestamp() }))
-}
-
-fn message(message: &str) -> Value {
-    json!({ "message": message, "timestamp": timestamp() })
+    HttpResponse::Ok().json(close_body())
 }
 
 /// `GET /metrics`: the Prometheus text exposition of the process's recorder
-/// ([`paid_api::metrics_handle`]), with the engine's x402 series.
+/// ([`paid_api_common::metrics_handle`]), with the engine's x402 series.
 async fn metrics() -> HttpResponse {
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
-        .body(paid_api::metrics_handle().render())
-}
-
-fn success(text: &str) -> HttpResponse {
-    HttpResponse::Ok().json(message(text))
+        .body(metrics_handle().render())
 }

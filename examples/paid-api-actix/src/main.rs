@@ -1,5 +1,5 @@
 //! The paid API server on actix-web. Configuration: see
-//! `paid_api::Config::from_env` (the same variables as `paid-api`).
+//! `paid_api_common::Config::from_env` (the same variables as `paid-api`).
 //!
 //! `cargo run -p paid-api-actix` (offline, on the dev ledger), then
 //! `curl -i http://127.0.0.1:4021/exact/evm/eip3009` for the 402 challenge.

@@ -1,4 +1,4 @@
-//! The paid API server. Configuration: see `paid_api::Config::from_env`.
+//! The paid API server. Configuration: see `paid_api_common::Config::from_env`.
 //!
 //! `cargo run -p paid-api` (offline, on the dev ledger), then
 //! `curl -i http://127.0.0.1:4021/exact/evm/eip3009` for the 402 challenge.

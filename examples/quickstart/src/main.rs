@@ -60,7 +60,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
     section(&mut out, "Balances before")?;
     balances(&mut out, &state, buyer_address)?;
     writeln!(out, "\nBuying GET {url} ...")?;
-    let purchase = buyer.get(&url).await?;
+    let purchase = buyer
+        .get(&url)
+        .await
+        .map_err(|e| format!("the demo purchase failed: {}", causes(&e)))?;
     report(&mut out, &purchase)?;
     section(&mut out, "Balances after")?;
     balances(&mut out, &state, buyer_address)?;
@@ -124,6 +127,19 @@ fn balances(out: &mut impl Write, state: &AppState, buyer: x402_buyer::Address) 
         writeln!(out, "  {who} {address}: {balance} atomic units")?;
     }
     Ok(())
+}
+
+/// An error and its causes, `: `-separated (the buyer's errors keep their
+/// causes in `source()`).
+fn causes(error: &dyn Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
 }
 
 /// Prints the challenge, the payment, the receipt and the body.

@@ -154,7 +154,7 @@ impl Drop for CleanPrefix {
 /// `redis://127.0.0.1:6379`), under a key prefix of its own: the claims
 /// land there, one per authorization.
 pub async fn s21_replay_race_redis<A: Adapter>() {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let url = crate::require::redis_url().await;
     let clean = CleanPrefix {
         prefix: format!(
             "x402test:conformance:{}:{}:",

@@ -55,14 +55,7 @@ impl DiscoveryDocument {
 /// any other server can answer with [`respond_to`](Self::respond_to).
 ///
 /// ```
-/// # use x402_core::facilitator::{Facilitator, FacilitatorError};
-/// # use x402_core::proto::*;
-/// # #[derive(Debug)] struct Nobody;
-/// # #[async_trait::async_trait] impl Facilitator for Nobody {
-/// #   async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
-/// #   async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
-/// #   async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> { Ok(Default::default()) }
-/// # }
+/// # use x402_core::testing::StandIn;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use http::{HeaderMap, Method};
 /// use x402_core::{
@@ -70,7 +63,7 @@ impl DiscoveryDocument {
 ///     Engine, Offer, Route,
 /// };
 ///
-/// let engine = Engine::builder(Nobody)
+/// let engine = Engine::builder(StandIn::new())
 ///     .route(Route::get("/report").offer(Offer::exact(
 ///         "eip155:84532",
 ///         "$0.01",

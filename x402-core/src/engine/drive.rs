@@ -31,16 +31,9 @@ use crate::route::{RequestView, SettlementTiming};
 /// ```
 /// use x402_core::engine::{Decision, Now};
 /// use x402_core::{route::RequestView, Engine, Offer, Route};
-/// # use x402_core::facilitator::{Facilitator, FacilitatorError};
-/// # use x402_core::proto::*;
-/// # #[derive(Debug)] struct Nobody;
-/// # #[async_trait::async_trait] impl Facilitator for Nobody {
-/// #   async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
-/// #   async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> { Err(FacilitatorError::Timeout) }
-/// #   async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> { Ok(Default::default()) }
-/// # }
+/// # use x402_core::testing::StandIn;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let engine = Engine::builder(Nobody)
+/// let engine = Engine::builder(StandIn::new())
 ///     .route(Route::get("/report").offer(Offer::exact(
 ///         "eip155:84532",
 ///         "$0.01",

@@ -11,7 +11,7 @@ use alloy_primitives::{Address, B256, U256};
 use async_trait::async_trait;
 
 use crate::{
-    evm::{eip3009_domain, EvmPayload, ExactEvmPayload, SignatureError},
+    evm::{EvmPayload, ExactEvmPayload, SignatureError},
     facilitator::{Facilitator, FacilitatorError, OtherError},
     money::AtomicAmount,
     network,
@@ -24,6 +24,7 @@ use crate::{
 #[cfg(feature = "chain")]
 mod chain;
 mod dev;
+mod eip3009;
 mod permit2;
 #[cfg(feature = "chain")]
 mod transport;
@@ -32,6 +33,7 @@ mod transport;
 #[cfg_attr(docsrs, doc(cfg(feature = "chain")))]
 pub use self::chain::{ChainLedger, ChainLedgerError};
 pub use self::dev::{DevLedger, DevLedgerError, DEV_LEDGER_SIGNER};
+use self::eip3009::CheckedEip3009;
 use self::permit2::CheckedPermit2;
 pub use self::permit2::Permit2Transfer;
 

@@ -170,13 +170,8 @@ mod tests {
     use std::error::Error as _;
 
     use alloy_json_rpc::{Id, Request};
-    use axum::{
-        http::{header, HeaderMap, StatusCode},
-        response::IntoResponse,
-        routing::post,
-        Json, Router,
-    };
     use serde_json::{json, Value};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     use tower_service::Service as _;
 
     use super::*;
@@ -185,48 +180,121 @@ mod tests {
     const RPC_ERROR: &str =
         r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"filter not found"}}"#;
 
-    /// Answers the request's `id` with `result` set to its `Authorization`
-    /// header (or `null`).
-    async fn echo(headers: HeaderMap, Json(request): Json<Value>) -> Json<Value> {
-        let auth = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        Json(json!({"jsonrpc": "2.0", "id": request["id"], "result": auth}))
+    /// One HTTP/1.1 request read off a socket: its head and its body.
+    struct Received {
+        path: String,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
     }
 
-    /// A node on 127.0.0.1 with one route per kind of answer.
+    impl Received {
+        fn header(&self, name: &str) -> Option<&str> {
+            self.headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.as_str())
+        }
+    }
+
+    /// Reads a request head (up to the blank line) and its `Content-Length`
+    /// body.
+    async fn read_request(socket: &mut tokio::net::TcpStream) -> Received {
+        let mut data = Vec::new();
+        let mut chunk = [0; 4096];
+        let head_end = loop {
+            if let Some(at) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at;
+            }
+            let n = socket.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the client hung up before the request head ended");
+            data.extend_from_slice(&chunk[..n]);
+        };
+        let head = String::from_utf8(data[..head_end].to_vec()).unwrap();
+        let mut lines = head.split("\r\n");
+        let path = lines
+            .next()
+            .and_then(|line| line.split(' ').nth(1))
+            .unwrap()
+            .to_owned();
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|line| line.split_once(':'))
+            .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
+            .collect();
+        let length: usize = headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+            .map_or(0, |(_, v)| v.parse().unwrap());
+        let mut body = data[head_end + 4..].to_vec();
+        while body.len() < length {
+            let n = socket.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the client hung up before the request body ended");
+            body.extend_from_slice(&chunk[..n]);
+        }
+        body.truncate(length);
+        Received {
+            path,
+            headers,
+            body,
+        }
+    }
+
+    /// The answer for one route: status line, extra headers, body.
+    fn answer(request: &Received) -> (&'static str, Vec<(&'static str, &'static str)>, String) {
+        let json = ("content-type", "application/json");
+        match request.path.as_str() {
+            // Answers the request's `id` with `result` set to its
+            // `Authorization` header (or `null`).
+            path if path.starts_with("/ok/") => {
+                let rpc: Value = serde_json::from_slice(&request.body).unwrap();
+                let auth = request.header("authorization");
+                let body = json!({"jsonrpc": "2.0", "id": rpc["id"], "result": auth});
+                ("200 OK", vec![json], body.to_string())
+            }
+            "/status500" => (
+                "500 Internal Server Error",
+                vec![("content-type", "text/plain")],
+                "upstream exploded".into(),
+            ),
+            "/limited" => (
+                "429 Too Many Requests",
+                vec![("retry-after", "7"), ("content-type", "text/plain")],
+                "slow down".into(),
+            ),
+            "/rpc-error-status" => ("400 Bad Request", vec![json], RPC_ERROR.into()),
+            "/garbage" => (
+                "200 OK",
+                vec![("content-type", "text/plain")],
+                "<html>not json</html>".into(),
+            ),
+            _ => ("404 Not Found", vec![], String::new()),
+        }
+    }
+
+    /// A node on 127.0.0.1 with one route per kind of answer: a plain
+    /// `TcpListener` speaking just enough HTTP/1.1 (one request per
+    /// connection).
     async fn node() -> std::net::SocketAddr {
-        let app = Router::new()
-            .route("/ok/{*key}", post(echo))
-            .route(
-                "/status500",
-                post(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "upstream exploded") }),
-            )
-            .route(
-                "/limited",
-                post(|| async {
-                    (
-                        StatusCode::TOO_MANY_REQUESTS,
-                        [(header::RETRY_AFTER, "7")],
-                        "slow down",
-                    )
-                }),
-            )
-            .route(
-                "/rpc-error-status",
-                post(|| async {
-                    (
-                        StatusCode::BAD_REQUEST,
-                        [(header::CONTENT_TYPE, "application/json")],
-                        RPC_ERROR,
-                    )
-                        .into_response()
-                }),
-            )
-            .route("/garbage", post(|| async { "<html>not json</html>" }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        tokio::spawn(async move {
+            loop {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let request = read_request(&mut socket).await;
+                    let (status, headers, body) = answer(&request);
+                    let mut response = format!("HTTP/1.1 {status}\r\n");
+                    for (name, value) in headers {
+                        response.push_str(&format!("{name}: {value}\r\n"));
+                    }
+                    response.push_str(&format!(
+                        "content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    ));
+                    socket.write_all(response.as_bytes()).await.unwrap();
+                    socket.shutdown().await.unwrap();
+                });
+            }
+        });
         addr
     }
 
@@ -321,7 +389,6 @@ mod tests {
     /// A node that answers `status` with a body cut short: it promises 100
     /// bytes, sends 5 and hangs up.
     async fn cut_short(status: &'static str) -> std::net::SocketAddr {
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {

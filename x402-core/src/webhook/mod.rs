@@ -41,3 +41,4 @@ pub use self::signature::{
     sign, SecretError, WebhookError, WebhookSecret, WebhookVerifier, WEBHOOK_ID, WEBHOOK_SIGNATURE,
     WEBHOOK_TIMESTAMP,
 };
+pub use self::time::rfc3339_seconds;

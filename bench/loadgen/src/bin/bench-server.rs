@@ -40,7 +40,7 @@ use axum::{
 use bytes::Bytes;
 use http::{header::HOST, HeaderMap, Request, StatusCode};
 use http_body_util::BodyExt;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tower::ServiceExt;
 use x402_core::session::{
     Redemption, RedisSessionStore, SessionRecord, SessionStore, SessionToken,
@@ -48,15 +48,16 @@ use x402_core::session::{
 };
 use x402_loadgen::{env_or, payer, LISTENING};
 
+/// The body paid-api's `exact` handler answers (`paid_api_common::exact_body`
+/// without its log line).
 async fn paid_body() -> Json<Value> {
-    Json(json!({
-        "message": "Paid content: exact (EIP-3009)",
-        "timestamp": paid_api::timestamp(),
-    }))
+    Json(paid_api_common::message_body(
+        "Paid content: exact (EIP-3009)",
+    ))
 }
 
 async fn health() -> Json<Value> {
-    Json(json!({ "status": "ok", "timestamp": paid_api::timestamp() }))
+    Json(paid_api_common::health_body())
 }
 
 async fn stop() {

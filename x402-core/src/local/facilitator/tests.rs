@@ -4,7 +4,7 @@ use alloy_signer_local::PrivateKeySigner;
 use serde_json::json;
 
 use super::*;
-use crate::evm::Eip3009Authorization;
+use crate::evm::{eip3009_domain, Eip3009Authorization};
 
 const NETWORK: &str = "eip155:84532";
 const TOKEN: Address = address!("036CbD53842c5426634e7929541eC2318f3dCF7e");

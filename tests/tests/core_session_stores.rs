@@ -1,8 +1,11 @@
 //! Prepaid sessions: one `SessionStore` conformance suite run against every
 //! store, and a dump of the Redis keys showing that no usable token is kept.
 //!
-//! The Redis tests need a server at `REDIS_URL` (default
-//! `redis://127.0.0.1:6379`). Each run uses its own random key prefix.
+//! Moved from x402-core's tests (Redis). The Redis tests need a server at
+//! `REDIS_URL` (default `redis://127.0.0.1:6379`) and, for those that stop or
+//! pause one, `redis-server` on the `PATH`: `bash scripts/test-all.sh`
+//! provides both (see `x402_tests::require`). Each run uses its own random
+//! key prefix.
 
 // Helpers outside `#[test]` functions unwrap too: a failure is a test failure.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -334,29 +337,27 @@ session_store_conformance!(memory_store, async {
     vec![store.clone(), store.clone(), store]
 });
 
-#[cfg(feature = "redis")]
 session_store_conformance!(redis_store, redis::three_instances());
 
 // ---------------------------------------------------------------------------
 // Redis
 // ---------------------------------------------------------------------------
 
-#[cfg(feature = "redis")]
-#[path = "common/redis_server.rs"]
-mod redis_server;
-
-#[cfg(feature = "redis")]
 mod redis {
     use std::sync::OnceLock;
 
     use ::redis::AsyncCommands;
     use x402_core::session::{RedisSessionStore, SessionStoreError};
+    use x402_tests::{
+        core_support::redis_server::{free_port, RedisServer},
+        require,
+    };
 
-    use super::redis_server::{free_port, RedisServer};
     use super::*;
 
-    fn url() -> String {
-        std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+    /// The shared test Redis (failing in one line when none answers).
+    async fn url() -> String {
+        require::redis_url().await
     }
 
     /// One random prefix per test run, so runs sharing a Redis never collide.
@@ -366,9 +367,10 @@ mod redis {
     }
 
     async fn store() -> RedisSessionStore {
-        RedisSessionStore::connect(&url())
+        let url = url().await;
+        RedisSessionStore::connect(&url)
             .await
-            .unwrap_or_else(|e| panic!("Redis at {} (set REDIS_URL): {e}", url()))
+            .unwrap_or_else(|e| panic!("Redis at {url} (set REDIS_URL): {e}"))
             .prefix(prefix())
     }
 
@@ -378,7 +380,7 @@ mod redis {
     }
 
     async fn raw_connection() -> ::redis::aio::MultiplexedConnection {
-        ::redis::Client::open(url())
+        ::redis::Client::open(url().await)
             .unwrap()
             .get_multiplexed_async_connection()
             .await
@@ -438,7 +440,7 @@ mod redis {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn default_prefix_and_connection_errors() {
-        let store = RedisSessionStore::connect(&url()).await.unwrap();
+        let store = RedisSessionStore::connect(&url().await).await.unwrap();
         assert!(format!("{store:?}").contains("x402:session:"));
         // Nothing listens on port 1.
         assert!(RedisSessionStore::connect("redis://127.0.0.1:1")

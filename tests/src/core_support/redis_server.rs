@@ -1,9 +1,6 @@
 //! A `redis-server` a test owns, on a free port: for tests that stop, pause
 //! or restart Redis, or that read its server-wide statistics.
 
-#![allow(dead_code, unreachable_pub)]
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::{
     io::{Read, Write},
     net::{TcpListener, TcpStream},
@@ -11,7 +8,10 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::require;
+
 /// A `redis-server` this test owns; killed when dropped, even on panic.
+#[derive(Debug)]
 pub struct RedisServer {
     child: Child,
     port: u16,
@@ -19,7 +19,12 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
+    /// Starts `redis-server` on `port` and waits until it answers `PING`.
+    /// Fails (panics, in one line) when `redis-server` is not on the `PATH`:
+    /// [`require::redis_server`].
+    #[track_caller]
     pub fn start(port: u16) -> Self {
+        require::redis_server();
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
@@ -57,10 +62,12 @@ impl RedisServer {
         }
     }
 
+    /// `redis://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// Sends `signal` (`-STOP`, `-CONT`, ...) to the server.
     pub fn signal(&mut self, signal: &str) {
         self.stopped = signal == "-STOP";
         let status = Command::new("kill")
@@ -70,6 +77,7 @@ impl RedisServer {
         assert!(status.success(), "kill {signal} failed");
     }
 
+    /// Kills the server and waits for it.
     pub fn kill(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
@@ -90,6 +98,7 @@ impl Drop for RedisServer {
     }
 }
 
+/// A port nothing listens on (for now).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -2,9 +2,10 @@
 //! the `ReplayGuard` driven at the hook level, and Redis outages (a killed and
 //! a paused `redis-server`).
 //!
-//! The Redis tests need a server at `REDIS_URL` (default
-//! `redis://127.0.0.1:6379`) and, for the outage tests, `redis-server` on the
-//! `PATH`. Each run uses its own random key prefix.
+//! Moved from x402-core's tests (Redis). The Redis tests need a server at
+//! `REDIS_URL` (default `redis://127.0.0.1:6379`) and, for the outage tests,
+//! `redis-server` on the `PATH`: `bash scripts/test-all.sh` provides both
+//! (see `x402_tests::require`). Each run uses its own random key prefix.
 
 // Helpers outside `#[test]` functions unwrap too: a failure is a test failure.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -213,7 +214,6 @@ macro_rules! claim_store_conformance {
 
 claim_store_conformance!(memory_store, async { MemoryClaimStore::new() });
 
-#[cfg(feature = "redis")]
 claim_store_conformance!(redis_store, redis::shared_store());
 
 // ---------------------------------------------------------------------------
@@ -696,25 +696,18 @@ async fn guard_refuses_authorizations_valid_for_more_than_366_days() {
 // Redis
 // ---------------------------------------------------------------------------
 
-#[cfg(feature = "redis")]
-#[path = "common/redis_server.rs"]
-mod redis_server;
-
-#[cfg(feature = "redis")]
 mod redis {
     use x402_core::claim::RedisClaimStore;
-
-    use super::redis_server::{free_port, RedisServer};
+    use x402_tests::{
+        core_support::redis_server::{free_port, RedisServer},
+        require,
+    };
 
     use super::*;
 
-    fn redis_url() -> String {
-        std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
-    }
-
     /// A store on the shared test Redis, with this run's prefix.
     pub(crate) async fn shared_store() -> RedisClaimStore {
-        let url = redis_url();
+        let url = require::redis_url().await;
         RedisClaimStore::connect(&url)
             .await
             .unwrap_or_else(|e| panic!("these tests need Redis at {url} (set REDIS_URL): {e}"))
@@ -729,7 +722,9 @@ mod redis {
             store.claim(&key, in_secs(60)).await.unwrap(),
             Claimed::Claimed
         );
-        let unprefixed = RedisClaimStore::connect(&redis_url()).await.unwrap();
+        let unprefixed = RedisClaimStore::connect(&require::redis_url().await)
+            .await
+            .unwrap();
         let full = format!("{}{key}", store.prefix());
         assert_eq!(
             unprefixed.claim(&full, in_secs(60)).await.unwrap(),

@@ -6,8 +6,9 @@
 //! The worker is this test binary re-run with `X402_WEBHOOK_WORKER` set (the
 //! ignored `worker_process` test is then the worker), so no helper binary is built.
 //! Needs Redis at `REDIS_URL` (default `redis://127.0.0.1:6379`) and fails
-//! with a message when it is unreachable.
-#![cfg(all(feature = "webhooks", feature = "redis"))]
+//! in one line naming `bash scripts/test-all.sh` when it is unreachable.
+//!
+//! Moved from x402-core's tests (Redis, axum).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -21,25 +22,24 @@ use std::{
     process::Stdio,
     sync::{
         atomic::{AtomicBool, Ordering},
-        Arc, Mutex,
+        Arc,
     },
     time::{Duration, Instant},
 };
 
-use axum::{body::Bytes, extract::State, http::HeaderMap, routing::post, Router};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use x402_core::webhook::{
     outbox::{Outbox, RedisOutbox},
     EventData, EventType, WebhookEvent, WebhookSecret, WebhookVerifier, Webhooks,
 };
+use x402_tests::{
+    core_support::receiver::{Receiver, Reply},
+    require,
+};
 
 const EVENTS: usize = 5;
 const MAX_ATTEMPTS: u32 = 3;
-
-fn redis_url() -> String {
-    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
 
 /// Not a test on its own: the worker process's body when re-run by
 /// `killed_worker_events_are_all_delivered_after_restart` (which passes
@@ -51,7 +51,7 @@ async fn worker_process() {
     let config = std::env::var("X402_WEBHOOK_WORKER")
         .expect("X402_WEBHOOK_WORKER: worker_process is run by killed_worker_events_are_all_delivered_after_restart");
     let config: serde_json::Value = serde_json::from_str(&config).unwrap();
-    let outbox = RedisOutbox::connect(&redis_url())
+    let outbox = RedisOutbox::connect(&require::redis_url().await)
         .await
         .unwrap()
         .with_prefix(config["prefix"].as_str().unwrap());
@@ -101,7 +101,7 @@ struct Worker {
     enqueued: Vec<String>,
 }
 
-async fn spawn_worker(config: &serde_json::Value) -> Worker {
+async fn spawn_worker(config: &serde_json::Value, redis_url: &str) -> Worker {
     let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -111,7 +111,7 @@ async fn spawn_worker(config: &serde_json::Value) -> Worker {
             "--test-threads=1",
         ])
         .env("X402_WEBHOOK_WORKER", config.to_string())
-        .env("REDIS_URL", redis_url())
+        .env("REDIS_URL", redis_url)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
@@ -139,41 +139,33 @@ async fn spawn_worker(config: &serde_json::Value) -> Worker {
     Worker { child, enqueued }
 }
 
-#[derive(Default)]
-struct Log {
-    /// Every request that arrived, by id.
-    arrivals: HashMap<String, usize>,
-    /// Ids answered 200.
-    acked: Vec<String>,
-    /// Ids of requests that failed verification.
-    bad: Vec<String>,
-}
-
-#[derive(Clone)]
-struct Receiver {
-    log: Arc<Mutex<Log>>,
-    hang: Arc<AtomicBool>,
-    verifier: WebhookVerifier,
-}
-
-async fn handle(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> http::StatusCode {
-    let id = headers
+/// The `webhook-id` of a request.
+fn id_of(request: &x402_tests::core_support::receiver::Received) -> String {
+    request
+        .headers
         .get("webhook-id")
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
-        .to_owned();
-    {
-        let mut log = r.log.lock().unwrap();
-        *log.arrivals.entry(id.clone()).or_default() += 1;
-        if r.verifier.verify(&headers, &body).is_err() {
-            log.bad.push(id.clone());
-        }
+        .to_owned()
+}
+
+/// How often each id arrived.
+fn arrivals(receiver: &Receiver) -> HashMap<String, usize> {
+    let mut arrivals = HashMap::new();
+    for request in receiver.received() {
+        *arrivals.entry(id_of(&request)).or_default() += 1;
     }
-    if r.hang.load(Ordering::SeqCst) {
-        tokio::time::sleep(Duration::from_secs(60)).await;
-    }
-    r.log.lock().unwrap().acked.push(id);
-    http::StatusCode::OK
+    arrivals
+}
+
+/// The ids answered 200, in order.
+fn acked(receiver: &Receiver) -> Vec<String> {
+    receiver
+        .answered()
+        .iter()
+        .filter(|(_, status)| *status == 200)
+        .map(|(request, _)| id_of(request))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,48 +173,44 @@ async fn killed_worker_events_are_all_delivered_after_restart() {
     if std::env::var("X402_WEBHOOK_WORKER").is_ok() {
         return;
     }
+    let redis_url = require::redis_url().await;
     let prefix = format!("x402-test:webhooks:{:016x}:", rand::random::<u64>());
-    let outbox = match RedisOutbox::connect(&redis_url()).await {
+    let outbox = match RedisOutbox::connect(&redis_url).await {
         Ok(outbox) => outbox.with_prefix(&prefix),
-        Err(e) => panic!("Redis at {} is unreachable: {e}", redis_url()),
+        Err(e) => panic!("Redis at {redis_url} is unreachable: {e}"),
     };
 
     let secret = WebhookSecret::generate();
-    let receiver = Receiver {
-        log: Arc::default(),
-        hang: Arc::new(AtomicBool::new(true)),
-        verifier: WebhookVerifier::new([secret.clone()]),
-    };
-    let app = Router::new()
-        .route("/hook", post(handle))
-        .with_state(receiver.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let verifier = WebhookVerifier::new([secret.clone()]);
+    // Holds every delivery until told otherwise.
+    let hang = Arc::new(AtomicBool::new(true));
+    let holding = Arc::clone(&hang);
+    let receiver = Receiver::start(move |_| {
+        if holding.load(Ordering::SeqCst) {
+            Reply::Hang(Duration::from_secs(60))
+        } else {
+            Reply::Status(200)
+        }
+    })
+    .await;
+    let url = receiver.url.clone();
 
     let config = |enqueue: usize| json!({"prefix": prefix, "url": url, "secret": secret.to_whsec(), "enqueue": enqueue});
 
     // First process: enqueue, start one delivery, and die while the
     // receiver holds it.
-    let mut first = spawn_worker(&config(EVENTS)).await;
+    let mut first = spawn_worker(&config(EVENTS), &redis_url).await;
     assert_eq!(first.enqueued.len(), EVENTS);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while receiver.log.lock().unwrap().arrivals.is_empty() {
+    while receiver.received().is_empty() {
         assert!(Instant::now() < deadline, "no delivery started");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     first.child.start_kill().unwrap(); // SIGKILL
     first.child.wait().await.unwrap();
-    let in_flight: Vec<String> = receiver
-        .log
-        .lock()
-        .unwrap()
-        .arrivals
-        .keys()
-        .cloned()
-        .collect();
+    let in_flight: Vec<String> = arrivals(&receiver).into_keys().collect();
     assert_eq!(in_flight.len(), 1, "one delivery was in flight");
-    assert!(receiver.log.lock().unwrap().acked.is_empty());
+    assert!(acked(&receiver).is_empty());
     assert_eq!(
         outbox.backlog().await.unwrap(),
         EVENTS,
@@ -230,12 +218,12 @@ async fn killed_worker_events_are_all_delivered_after_restart() {
     );
 
     // Second process, same prefix, receiver healthy again.
-    receiver.hang.store(false, Ordering::SeqCst);
+    hang.store(false, Ordering::SeqCst);
     let started = Instant::now();
-    let mut second = spawn_worker(&config(0)).await;
+    let mut second = spawn_worker(&config(0), &redis_url).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let acked = receiver.log.lock().unwrap().acked.len();
+        let acked = acked(&receiver).len();
         if acked >= EVENTS {
             break;
         }
@@ -249,10 +237,16 @@ async fn killed_worker_events_are_all_delivered_after_restart() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     second.child.start_kill().unwrap();
     second.child.wait().await.unwrap();
-    server.abort();
 
-    let log = std::mem::take(&mut *receiver.log.lock().unwrap());
-    let mut acked = log.acked.clone();
+    let mut acked = acked(&receiver);
+    let arrivals = arrivals(&receiver);
+    let bad: Vec<String> = receiver
+        .received()
+        .iter()
+        .filter(|request| verifier.verify(&request.headers, &request.body).is_err())
+        .map(id_of)
+        .collect();
+    drop(receiver);
     acked.sort();
     let mut expected = first.enqueued.clone();
     expected.sort();
@@ -260,8 +254,8 @@ async fn killed_worker_events_are_all_delivered_after_restart() {
         acked, expected,
         "every event delivered, each acknowledged once"
     );
-    assert!(log.bad.is_empty(), "all signatures valid: {:?}", log.bad);
-    for (id, n) in &log.arrivals {
+    assert!(bad.is_empty(), "all signatures valid: {bad:?}");
+    for (id, n) in &arrivals {
         assert!(*n as u32 <= MAX_ATTEMPTS, "{id} arrived {n} times");
         let expected = if in_flight.contains(id) { 2 } else { 1 };
         assert_eq!(*n, expected, "{id}");

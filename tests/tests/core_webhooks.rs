@@ -1,6 +1,9 @@
 //! Signed settlement webhooks: events from real payments through the engine,
-//! delivered to a real HTTP receiver, checked by an independent verifier.
-#![cfg(feature = "webhooks")]
+//! delivered to a real HTTP receiver, checked by an independent verifier
+//! (and by the reference `standardwebhooks` npm package, from
+//! `tests/js/node_modules`: `bash scripts/test-all.sh`).
+//!
+//! Moved from x402-core's tests (axum, Node).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -12,76 +15,49 @@ use std::{
     process::Stdio,
     sync::{
         atomic::{AtomicUsize, Ordering},
-        Arc, Mutex,
+        Arc,
     },
     time::{Duration, Instant},
 };
 
-use async_trait::async_trait;
-use axum::{body::Bytes, extract::State, http::HeaderMap, routing::post, Router};
 use base64::{engine::general_purpose::STANDARD, Engine as _};
+use bytes::Bytes;
 use hmac::{Hmac, Mac};
+use http::{Request, Response};
 use serde_json::{json, Value};
 use sha2::Sha256;
 use tokio::io::AsyncWriteExt;
 use x402_core::{
     codec,
-    facilitator::{Facilitator, FacilitatorError},
-    proto::{v2, FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse},
-    route::RequestView,
+    proto::{v2, SettleResponse},
     session::{
         MemorySessionStore, Redemption, SessionRecord, SessionStore, SessionStoreError, TokenHash,
     },
+    testing::{self, SettleAnswer, StandIn, PAYER, TRANSACTION as TX},
     webhook::{sign, EventType, WebhookError, WebhookSecret, WebhookVerifier, Webhooks},
-    Completion, Decision, Engine, Offer, Route,
+    Engine, Offer, Route,
+};
+use x402_tests::{
+    core_support::receiver::{Received, Receiver, Reply},
+    require,
 };
 
 const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
-const PAYER: &str = "0x857b06519E91e3A54538791bDbb0E22373e36b66";
-const TX: &str = "0x9c1a8f6b7bd3c58f5b1b4bc8a3b3c1d3f0f5e8f4b7a6c5d4e3f2a1b0c9d8e7f6";
 const BASE_SEPOLIA_USDC: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
+/// What the paid handler answers.
+const REPORT: &str = "the paid report";
 
 // ---------------------------------------------------------------- facilitator
 
-#[derive(Debug, Clone, Copy)]
-enum Settle {
-    Ok,
-    Refuse,
-    Unreachable,
+/// Verifies every payment and settles it as `settle` says.
+fn facilitator(settle: SettleAnswer) -> StandIn {
+    let facilitator = StandIn::new();
+    facilitator.set_settle(settle);
+    facilitator
 }
 
-#[derive(Debug)]
-struct Stub(Settle);
-
-#[async_trait]
-impl Facilitator for Stub {
-    async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> {
-        Ok(VerifyResponse::valid(PAYER))
-    }
-    async fn settle(&self, r: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> {
-        let network = r.payment_requirements.network().to_owned();
-        match self.0 {
-            Settle::Ok => Ok(SettleResponse {
-                success: true,
-                payer: Some(PAYER.into()),
-                transaction: TX.into(),
-                network,
-                ..SettleResponse::default()
-            }),
-            Settle::Refuse => Ok(SettleResponse {
-                payer: Some(PAYER.into()),
-                ..SettleResponse::failure(network, "insufficient_funds")
-            }),
-            Settle::Unreachable => Err(FacilitatorError::Timeout),
-        }
-    }
-    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
-        Ok(SupportedResponse::default())
-    }
-}
-
-fn engine(settle: Settle, webhooks: &Webhooks) -> Engine {
-    Engine::builder(Stub(settle))
+fn engine(settle: SettleAnswer, webhooks: &Webhooks) -> Engine {
+    Engine::builder(facilitator(settle))
         .public_origin("http://shop.example.test")
         .route(
             Route::get("/report")
@@ -93,147 +69,44 @@ fn engine(settle: Settle, webhooks: &Webhooks) -> Engine {
         .unwrap()
 }
 
-/// Pays for `/report` through `process` + `complete`; returns what the
-/// seller sends and how long the paid request took.
-async fn pay(engine: &Engine) -> (Completion, HeaderMap, Duration) {
-    let (parts, ()) = http::Request::get("http://shop.example.test/report?id=7")
-        .body(())
-        .unwrap()
-        .into_parts();
-    let Decision::Respond(challenge) = engine.process(RequestView::from_parts(&parts)).await else {
-        panic!("expected a 402");
-    };
-    let required: v2::PaymentRequired = codec::decode(
-        challenge.headers()[codec::PAYMENT_REQUIRED].as_bytes(),
-        1 << 16,
-    )
-    .unwrap();
-    let payment = json!({
-        "x402Version": 2,
-        "resource": required.resource,
-        "accepted": required.accepts[0],
-        "payload": {
-            "signature": format!("0x{}", "11".repeat(65)),
-            "authorization": {
-                "from": PAYER, "to": PAY_TO, "value": "10000",
-                "validAfter": "0", "validBefore": (unix_now() + 600).to_string(),
-                "nonce": format!("0x{}", hex_random()),
-            }
-        }
-    });
-    let (parts, ()) = http::Request::get("http://shop.example.test/report?id=7")
-        .header(codec::PAYMENT_SIGNATURE, codec::encode(&payment).unwrap())
-        .body(())
-        .unwrap()
-        .into_parts();
+/// The paid handler.
+async fn handler(_: Request<()>) -> Response<String> {
+    Response::new(REPORT.to_owned())
+}
 
+/// Pays for `/report?id=7` through the engine and the paid handler; returns
+/// what the seller sends and how long the paid request took.
+async fn pay(engine: &Engine) -> (Response<Bytes>, Duration) {
+    let url = "http://shop.example.test/report?id=7";
+    let required = testing::challenge(engine, Request::get(url).body(()).unwrap()).await;
+    let request = Request::get(url)
+        .header(codec::PAYMENT_SIGNATURE, testing::pay(&required))
+        .body(())
+        .unwrap();
     let started = Instant::now();
-    let paid = match engine.process(RequestView::from_parts(&parts)).await {
-        Decision::Paid(paid) => paid,
-        other => panic!("expected a verified payment, got {other:?}"),
-    };
-    let mut headers = HeaderMap::new();
-    let completion = paid.complete(http::StatusCode::OK, &mut headers).await;
-    (completion, headers, started.elapsed())
+    let response = testing::serve(engine, request, handler).await;
+    (response, started.elapsed())
 }
 
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
+/// Asserts that `response` is the paid handler's, with a receipt.
+#[track_caller]
+fn assert_delivered(response: &Response<Bytes>) {
+    assert_eq!(response.status(), 200, "{:?}", response.body());
+    assert_eq!(response.body(), REPORT);
+    assert!(response.headers().contains_key(codec::PAYMENT_RESPONSE));
 }
 
-fn hex_random() -> String {
-    (0..32)
-        .map(|_| format!("{:02x}", rand::random::<u8>()))
-        .collect()
+/// Asserts that the engine replaced the handler's answer with `status`.
+#[track_caller]
+fn assert_replaced(response: &Response<Bytes>, status: u16) {
+    assert_eq!(response.status(), status, "{:?}", response.body());
+    assert!(!String::from_utf8_lossy(response.body()).contains(REPORT));
 }
 
 // ------------------------------------------------------------------ receiver
 
-#[derive(Debug, Clone)]
-struct Received {
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Reply {
-    Status(u16),
-    Hang(Duration),
-}
-
-type Behaviour = Arc<dyn Fn(usize) -> Reply + Send + Sync>;
-
-#[derive(Clone)]
-struct Receiver {
-    log: Arc<Mutex<Vec<Received>>>,
-    behaviour: Behaviour,
-}
-
-struct RunningReceiver {
-    url: String,
-    log: Arc<Mutex<Vec<Received>>>,
-    server: tokio::task::JoinHandle<()>,
-}
-
-impl RunningReceiver {
-    fn received(&self) -> Vec<Received> {
-        self.log.lock().unwrap().clone()
-    }
-
-    async fn wait_for(&self, n: usize, within: Duration) -> Vec<Received> {
-        let deadline = Instant::now() + within;
-        loop {
-            let got = self.received();
-            if got.len() >= n {
-                return got;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "receiver got {} of {n}",
-                got.len()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-}
-
-impl Drop for RunningReceiver {
-    fn drop(&mut self) {
-        self.server.abort();
-    }
-}
-
-async fn handle(State(r): State<Receiver>, headers: HeaderMap, body: Bytes) -> http::StatusCode {
-    let n = {
-        let mut log = r.log.lock().unwrap();
-        log.push(Received { headers, body });
-        log.len() - 1
-    };
-    match (r.behaviour)(n) {
-        Reply::Status(s) => http::StatusCode::from_u16(s).unwrap(),
-        Reply::Hang(d) => {
-            tokio::time::sleep(d).await;
-            http::StatusCode::OK
-        }
-    }
-}
-
-async fn receiver(behaviour: impl Fn(usize) -> Reply + Send + Sync + 'static) -> RunningReceiver {
-    let state = Receiver {
-        log: Arc::default(),
-        behaviour: Arc::new(behaviour),
-    };
-    let log = Arc::clone(&state.log);
-    let app = Router::new().route("/hook", post(handle)).with_state(state);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app).await.unwrap();
-    });
-    RunningReceiver { url, log, server }
+async fn receiver(behaviour: impl Fn(usize) -> Reply + Send + Sync + 'static) -> Receiver {
+    Receiver::start(behaviour).await
 }
 
 fn fast(url: &str, secrets: Vec<WebhookSecret>, attempts: u32) -> Webhooks {
@@ -246,7 +119,7 @@ fn fast(url: &str, secrets: Vec<WebhookSecret>, attempts: u32) -> Webhooks {
 }
 
 fn header<'a>(r: &'a Received, name: &str) -> &'a str {
-    r.headers[name].to_str().unwrap()
+    r.header(name)
 }
 
 // ------------------------------------------------- independent verification
@@ -270,17 +143,10 @@ fn spec_signature(whsec: &str, r: &Received) -> String {
     format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()))
 }
 
-/// The reference `standardwebhooks` npm package (installed by `npm ci` in
-/// tests/js, which the README's test command runs).
+/// The reference `standardwebhooks` npm package (from `tests/js/node_modules`;
+/// fails in one line naming `bash scripts/test-all.sh` when missing).
 async fn verify_with_node(whsec: &str, r: &Received) -> Option<Value> {
-    let js = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/js");
-    assert!(
-        js.join("node_modules/standardwebhooks").exists(),
-        "the npm standardwebhooks package is missing: run `npm ci` in tests/js (scripts/test-all.sh does)"
-    );
-    let mut child = tokio::process::Command::new("node")
-        .arg(js.join("verify-webhook.mjs"))
-        .current_dir(&js)
+    let mut child = require::node_async("verify-webhook.mjs")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -316,12 +182,15 @@ async fn settled_payment_delivers_one_signed_event_matching_the_receipt() {
     let whsec = secret.to_whsec();
     let webhooks = fast(&rx.url, vec![secret], 3);
     let worker = webhooks.start();
-    let engine = engine(Settle::Ok, &webhooks);
+    let engine = engine(SettleAnswer::Success, &webhooks);
 
-    let (completion, headers, _) = pay(&engine).await;
-    assert!(matches!(completion, Completion::Deliver));
-    let receipt: SettleResponse =
-        codec::decode(headers[codec::PAYMENT_RESPONSE].as_bytes(), 1 << 16).unwrap();
+    let (response, _) = pay(&engine).await;
+    assert_delivered(&response);
+    let receipt: SettleResponse = codec::decode(
+        response.headers()[codec::PAYMENT_RESPONSE].as_bytes(),
+        1 << 16,
+    )
+    .unwrap();
     assert!(receipt.success);
 
     let got = rx.wait_for(1, Duration::from_secs(5)).await;
@@ -386,13 +255,12 @@ async fn refused_and_unknown_settlements_have_their_own_events() {
     let webhooks = fast(&rx.url, vec![secret], 3);
     let _worker = webhooks.start();
 
-    let (completion, _, _) = pay(&engine(Settle::Refuse, &webhooks)).await;
-    assert!(matches!(completion, Completion::Replace(r) if r.status() == 402));
-    let (completion, _, _) = pay(&engine(Settle::Unreachable, &webhooks)).await;
-    assert!(
-        matches!(completion, Completion::Replace(r) if r.status() == 502),
-        "the hook does not recover an unknown settlement"
-    );
+    let refused = SettleAnswer::Refused("insufficient_funds".into());
+    let (response, _) = pay(&engine(refused, &webhooks)).await;
+    assert_replaced(&response, 402);
+    // The hook does not recover an unknown settlement.
+    let (response, _) = pay(&engine(SettleAnswer::Unavailable, &webhooks)).await;
+    assert_replaced(&response, 502);
 
     let got = rx.wait_for(2, Duration::from_secs(5)).await;
     let mut events: Vec<_> = got
@@ -422,7 +290,7 @@ async fn receiver_down_for_two_attempts_gets_the_event_on_the_third() {
     let verifier = WebhookVerifier::new([secret.clone()]);
     let webhooks = fast(&rx.url, vec![secret], 3);
     let _worker = webhooks.start();
-    let _ = pay(&engine(Settle::Ok, &webhooks)).await;
+    let _ = pay(&engine(SettleAnswer::Success, &webhooks)).await;
 
     let got = rx.wait_for(3, Duration::from_secs(5)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -456,7 +324,7 @@ async fn receiver_down_throughout_leaves_a_dead_letter_with_the_event_intact() {
     let secret = WebhookSecret::generate();
     let webhooks = fast(&rx.url, vec![secret.clone()], 3);
     let _worker = webhooks.start();
-    let _ = pay(&engine(Settle::Ok, &webhooks)).await;
+    let _ = pay(&engine(SettleAnswer::Success, &webhooks)).await;
 
     let deadline = Instant::now() + Duration::from_secs(5);
     let dead = loop {
@@ -497,7 +365,7 @@ async fn verifier_rejects_tampering_and_accepts_rotated_secrets() {
     let rx = receiver(|_| Reply::Status(200)).await;
     let webhooks = fast(&rx.url, vec![old.clone(), new.clone()], 3);
     let _worker = webhooks.start();
-    let _ = pay(&engine(Settle::Ok, &webhooks)).await;
+    let _ = pay(&engine(SettleAnswer::Success, &webhooks)).await;
     let r = rx.wait_for(1, Duration::from_secs(5)).await.remove(0);
     let entries: Vec<&str> = header(&r, "webhook-signature").split(' ').collect();
     assert_eq!(entries.len(), 2);
@@ -613,16 +481,15 @@ async fn hanging_receiver_does_not_slow_the_paid_request() {
         .build()
         .unwrap();
     let worker = webhooks.start();
-    let engine = engine(Settle::Ok, &webhooks);
+    let engine = engine(SettleAnswer::Success, &webhooks);
 
-    let (_, _, first) = pay(&engine).await;
+    let (_, first) = pay(&engine).await;
     rx.wait_for(1, Duration::from_secs(5)).await;
     // A delivery is now hanging in the receiver; pay again meanwhile.
     let mut worst = first;
     for _ in 0..5 {
-        let (completion, headers, took) = pay(&engine).await;
-        assert!(matches!(completion, Completion::Deliver));
-        assert!(headers.contains_key(codec::PAYMENT_RESPONSE));
+        let (response, took) = pay(&engine).await;
+        assert_delivered(&response);
         worst = worst.max(took);
     }
     eprintln!("paid request latency with a hanging receiver: first {first:?}, worst {worst:?}");
@@ -640,7 +507,7 @@ async fn hanging_receiver_does_not_slow_the_paid_request() {
 fn session_engine(webhooks: &Webhooks, store: impl SessionStore) -> Engine {
     use x402_core::session::SessionOffer;
 
-    Engine::builder(Stub(Settle::Ok))
+    Engine::builder(facilitator(SettleAnswer::Success))
         .public_origin("http://shop.example.test")
         .route(
             Route::get("/report")
@@ -657,44 +524,20 @@ fn session_engine(webhooks: &Webhooks, store: impl SessionStore) -> Engine {
         .unwrap()
 }
 
-/// Buys a session on `engine`: the opening call's completion and headers.
-async fn buy_session(engine: &Engine) -> (Completion, HeaderMap) {
-    let (parts, ()) = http::Request::get("http://shop.example.test/report")
-        .body(())
-        .unwrap()
-        .into_parts();
-    let Decision::Respond(challenge) = engine.process(RequestView::from_parts(&parts)).await else {
-        panic!("expected a 402");
-    };
-    let required: Value = codec::decode(
-        challenge.headers()[codec::PAYMENT_REQUIRED].as_bytes(),
-        1 << 16,
+/// Buys a session on `engine`: the opening call's answer.
+async fn buy_session(engine: &Engine) -> Response<Bytes> {
+    let url = "http://shop.example.test/report";
+    let required = testing::challenge(engine, Request::get(url).body(()).unwrap()).await;
+    let row: v2::PaymentRequirements = serde_json::from_value(
+        required.extensions["session"]["info"]["offers"][0]["accepts"][0].clone(),
     )
     .unwrap();
-    let row = required["extensions"]["session"]["info"]["offers"][0]["accepts"][0].clone();
-    let payment = json!({
-        "x402Version": 2,
-        "accepted": row,
-        "payload": {
-            "signature": format!("0x{}", "11".repeat(65)),
-            "authorization": {
-                "from": PAYER, "to": PAY_TO, "value": "50000",
-                "validAfter": "0", "validBefore": (unix_now() + 600).to_string(),
-                "nonce": format!("0x{}", hex_random()),
-            }
-        }
-    });
-    let (parts, ()) = http::Request::get("http://shop.example.test/report")
-        .header(codec::PAYMENT_SIGNATURE, codec::encode(&payment).unwrap())
+    assert_eq!(row.amount.to_string(), "50000");
+    let request = Request::get(url)
+        .header(codec::PAYMENT_SIGNATURE, testing::payment(&row))
         .body(())
-        .unwrap()
-        .into_parts();
-    let Decision::Paid(paid) = engine.process(RequestView::from_parts(&parts)).await else {
-        panic!("expected a verified payment");
-    };
-    let mut headers = HeaderMap::new();
-    let completion = paid.complete(http::StatusCode::OK, &mut headers).await;
-    (completion, headers)
+        .unwrap();
+    testing::serve(engine, request, handler).await
 }
 
 /// A session store whose first `failures` opens fail; counts its calls.
@@ -754,8 +597,9 @@ async fn a_session_store_that_fails_briefly_is_retried_with_the_same_session() {
     let webhooks = fast(&rx.url, vec![WebhookSecret::generate()], 3);
     let store = FlakyStore::failing(2);
     let engine = session_engine(&webhooks, store.clone());
-    let (completion, headers) = buy_session(&engine).await;
-    assert!(matches!(completion, Completion::Deliver));
+    let response = buy_session(&engine).await;
+    assert_delivered(&response);
+    let headers = response.headers();
     assert_eq!(store.opens.load(Ordering::SeqCst), 3);
     assert!(headers.contains_key("x-payment-session"));
     assert_eq!(headers["x-payment-session-remaining"], "9");
@@ -771,10 +615,11 @@ async fn a_session_that_cannot_be_stored_is_reported_to_buyer_and_seller() {
     let _worker = webhooks.start();
     let store = FlakyStore::failing(usize::MAX);
     let engine = session_engine(&webhooks, store.clone());
-    let (completion, headers) = buy_session(&engine).await;
+    let response = buy_session(&engine).await;
+    let headers = response.headers();
 
     // The paid call is served, and the buyer is told there is no session.
-    assert!(matches!(completion, Completion::Deliver));
+    assert_delivered(&response);
     assert!(headers.contains_key("payment-response"));
     assert!(!headers.contains_key("x-payment-session"));
     assert_eq!(headers["x-payment-session-error"], "session_open_failed");
@@ -824,8 +669,9 @@ async fn buying_a_session_emits_session_opened_with_the_settlement() {
     let webhooks = fast(&rx.url, vec![secret], 3);
     let _worker = webhooks.start();
     let engine = session_engine(&webhooks, MemorySessionStore::new());
-    let (completion, headers) = buy_session(&engine).await;
-    assert!(matches!(completion, Completion::Deliver));
+    let response = buy_session(&engine).await;
+    assert_delivered(&response);
+    let headers = response.headers();
     let token = headers["x-payment-session"].to_str().unwrap().to_owned();
 
     let got = rx.wait_for(2, Duration::from_secs(5)).await;

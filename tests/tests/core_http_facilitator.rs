@@ -1,5 +1,7 @@
-//! `HttpFacilitator` against a real HTTP stand-in server, and
+//! `HttpFacilitator` against a real HTTP stand-in server (axum), and
 //! `FacilitatorRouter` with in-process facilitators.
+//!
+//! Moved from x402-core's tests (they serve axum apps).
 
 // The helpers below are test code too, though not `#[test]` functions.
 #![allow(clippy::unwrap_used, clippy::panic)]
@@ -853,6 +855,8 @@ fn bad_urls_are_refused_and_debug_hides_credentials() {
 // FacilitatorRouter
 
 /// An in-process facilitator that names itself in its answers.
+// Kept instead of `testing::StandIn`: these tests tell routed facilitators
+// apart by the name in each answer and in each `/supported` error.
 #[derive(Debug)]
 struct Named {
     name: &'static str,

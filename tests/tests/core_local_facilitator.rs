@@ -1,17 +1,17 @@
 //! The in-process EVM facilitator (`x402_core::local`): the dev ledger
-//! directly, through the engine and axum, served over HTTP, and (feature
-//! `chain`) against a local anvil node.
+//! directly, through the engine and axum, served over HTTP (x402-axum's
+//! `facilitator_router`), and against a local anvil node.
+//!
+//! Moved from x402-core's tests (axum, anvil). Anvil comes from
+//! `tests/js/node_modules` (`bash scripts/test-all.sh`).
 
-#![cfg(feature = "local-facilitator")]
-// The helpers (and `common`) are test code too, though not `#[test]` functions.
+// The helpers are test code too, though not `#[test]` functions.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
     clippy::print_stderr
 )]
-
-mod common;
 
 use std::{
     sync::Arc,
@@ -21,7 +21,6 @@ use std::{
 use alloy_primitives::{address, Address, B256, U256};
 use alloy_signer_local::PrivateKeySigner;
 use async_trait::async_trait;
-use common::*;
 use x402_core::{
     evm::ExactEvmPayload,
     facilitator::HttpFacilitator,
@@ -32,6 +31,7 @@ use x402_core::{
     proto::{FacilitatorRequest, PaymentPayload, PaymentRequirements, X402Version},
     Facilitator,
 };
+use x402_tests::core_support::local::*;
 
 /// A token address for the dev ledger (Base Sepolia USDC).
 const DEV_TOKEN: Address = address!("036CbD53842c5426634e7929541eC2318f3dCF7e");
@@ -763,13 +763,12 @@ async fn served_facilitator_answers_malformed_requests_with_400() {
 // ---------------------------------------------------------------------------
 // Against anvil.
 
-#[cfg(feature = "chain")]
 mod chain {
     use alloy_provider::{DynProvider, Provider};
     use x402_core::local::ChainLedger;
 
     use super::*;
-    use common::anvil::{self, Anvil};
+    use x402_tests::anvil::{self, Anvil};
 
     struct AnvilEnv {
         deployer: DynProvider,
@@ -805,11 +804,9 @@ mod chain {
     }
 
     async fn setup(anvil: &Anvil) -> AnvilEnv {
-        let deployer = anvil.provider(anvil::DEPLOYER_KEY).await;
+        let deployer = anvil.provider(DEPLOYER_KEY).await;
         let token = anvil::deploy_test_usdc(&deployer, "USDC", "2").await;
-        let ledger = ChainLedger::new(&anvil.url, anvil::FACILITATOR_KEY)
-            .await
-            .unwrap();
+        let ledger = ChainLedger::new(&anvil.url, FACILITATOR_KEY).await.unwrap();
         assert_eq!(ledger.chain_id(), CHAIN_ID);
         let facilitator = LocalFacilitator::builder(ledger)
             .network(NETWORK)
@@ -901,17 +898,13 @@ mod chain {
         let verdict = env.facilitator.verify(&request).await.unwrap();
         assert_eq!(verdict.invalid_reason.as_deref(), Some(reason::NONCE_USED));
         // A network the RPC endpoint does not serve is refused at build time.
-        let ledger = ChainLedger::new(&anvil.url, anvil::FACILITATOR_KEY)
-            .await
-            .unwrap();
+        let ledger = ChainLedger::new(&anvil.url, FACILITATOR_KEY).await.unwrap();
         assert!(LocalFacilitator::builder(ledger)
             .network("eip155:8453")
             .build()
             .is_err());
         // Keys never show in Debug.
-        let ledger = ChainLedger::new(&anvil.url, anvil::FACILITATOR_KEY)
-            .await
-            .unwrap();
+        let ledger = ChainLedger::new(&anvil.url, FACILITATOR_KEY).await.unwrap();
         let debug = format!("{ledger:?}");
         assert!(!debug.contains("59c6995e"), "{debug}");
         assert!(debug.contains("84532"), "{debug}");

@@ -1,10 +1,6 @@
-//! Shared helpers for the local facilitator tests: signing EIP-3009
-//! payloads, building requests, and a seller (engine + axum) on 127.0.0.1:0.
-
-#![allow(dead_code, unreachable_pub)]
-
-#[cfg(feature = "chain")]
-pub mod anvil;
+//! Signing EIP-3009 payloads and building facilitator requests for the
+//! in-process EVM facilitator's tests (`core_local_facilitator`,
+//! `core_local_upto`), and a seller (engine + axum) on 127.0.0.1:0.
 
 use std::{
     net::SocketAddr,
@@ -39,6 +35,10 @@ pub const CHAIN_ID: u64 = 84532;
 pub const PAYEE: Address = address!("209693Bc6afc0C5328bA36FaF03C514EF312287C");
 /// $0.001 in 6-decimal atomic units.
 pub const PRICE: u64 = 1_000;
+/// Anvil account 0: deploys and mints.
+pub const DEPLOYER_KEY: &str = crate::anvil::accounts::KEY_0;
+/// Anvil account 1: the facilitator, which pays the gas of settlements.
+pub const FACILITATOR_KEY: &str = crate::anvil::accounts::KEY_1;
 
 /// The current unix time.
 pub fn now() -> u64 {
@@ -183,6 +183,7 @@ pub fn request_v1(token: Address, payload: &ExactEvmPayload) -> FacilitatorReque
 }
 
 /// A seller on 127.0.0.1:0: `GET /paid` costs $0.001 of `token`.
+#[derive(Debug)]
 pub struct Seller {
     pub url: String,
     pub handler_calls: Arc<AtomicUsize>,

@@ -1,11 +1,13 @@
 //! The in-process facilitator's `upto` scheme over Permit2 (and `exact` over
 //! Permit2): on the dev ledger through the engine (`process` + `complete`
-//! with a metered handler) and directly, and (feature `chain`) on a local
-//! anvil node with minimal Permit2 and x402 proxy contracts placed at the
-//! canonical addresses.
+//! with a metered handler) and directly, and on a local anvil node with
+//! minimal Permit2 and x402 proxy contracts placed at the canonical
+//! addresses.
+//!
+//! Moved from x402-core's tests (anvil). Anvil and the contracts come from
+//! `tests/js` (`bash scripts/test-all.sh`).
 
-#![cfg(feature = "local-facilitator")]
-// The helpers (and `common`) are test code too, though not `#[test]` functions.
+// The helpers are test code too, though not `#[test]` functions.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -13,14 +15,11 @@
     clippy::print_stderr
 )]
 
-mod common;
-
 use std::sync::Arc;
 
 use alloy_primitives::{address, Address, U256};
 use alloy_signer::SignerSync;
 use alloy_signer_local::PrivateKeySigner;
-use common::{now, payer, CHAIN_ID, NETWORK, PAYEE};
 use http::{HeaderMap, StatusCode};
 use serde_json::{json, Map, Value};
 use x402_core::{
@@ -38,6 +37,7 @@ use x402_core::{
     route::{Asset, Offer, RequestView, Route},
     Completion, Decision, Engine, Facilitator,
 };
+use x402_tests::core_support::local::{now, payer, CHAIN_ID, NETWORK, PAYEE};
 
 /// The token (Base Sepolia USDC).
 const TOKEN: Address = address!("036CbD53842c5426634e7929541eC2318f3dCF7e");
@@ -916,7 +916,6 @@ async fn supported_kinds_parse_as_json() {
 /// The same flows on a local anvil node, with our minimal Permit2 and x402
 /// proxies (`tests/js/contracts/TestPermit2.sol`) placed at the canonical
 /// addresses with `anvil_setCode`.
-#[cfg(feature = "chain")]
 mod chain {
     use std::borrow::Cow;
 
@@ -928,7 +927,10 @@ mod chain {
     use x402_core::{evm::PERMIT2_ADDRESS, local::ChainLedger};
 
     use super::*;
-    use common::anvil::{self, Anvil, DEPLOYER_KEY, FACILITATOR_KEY};
+    use x402_tests::{
+        anvil::{self, Anvil},
+        core_support::local::{DEPLOYER_KEY, FACILITATOR_KEY},
+    };
 
     alloy_sol_types::sol! {
         function approve(address spender, uint256 value) external returns (bool);
@@ -999,8 +1001,7 @@ mod chain {
 
     /// The runtime code of a contract from its committed artifact.
     fn runtime_code(contract: &str) -> Bytes {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join(format!("../tests/js/contracts/{contract}.json"));
+        let path = x402_tests::anvil::js_dir().join(format!("contracts/{contract}.json"));
         let artifact: Value = serde_json::from_slice(
             &std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display())),
         )

@@ -1,63 +1,43 @@
 //! Discovery: the typed bazaar extension (enriched per request in the 402),
 //! the discovery document and the OpenAPI document, checked by real
 //! validators (ajv with the committed JSON Schema, swagger-parser for
-//! OpenAPI 3.1; both from `tests/js`, installed by `npm ci` there).
+//! OpenAPI 3.1; both from `tests/js/node_modules`, installed by
+//! `bash scripts/test-all.sh`).
+//!
+//! Moved from x402-core's tests (Node).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
-use std::{path::PathBuf, process::Command, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
-use http::{HeaderMap, Method, StatusCode};
+use http::{Method, Response, StatusCode};
 use serde_json::{json, Value};
 use x402_core::{
     codec,
     discovery::{Bazaar, OpenApiInfo, PricingKind},
-    facilitator::{Facilitator, FacilitatorError},
-    proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse},
     route::RequestView,
     session::SessionOffer,
-    Completion, Decision, Engine, Offer, Route,
+    testing::{self, SettleAnswer, StandIn},
+    Decision, Engine, Offer, Route,
 };
+use x402_tests::require;
 
 const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
-const PAYER: &str = "0x857b06519E91e3A54538791bDbb0E22373e36b66";
-const UPTO_FACILITATOR: &str = "0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002";
+/// The `facilitatorAddress` the stand-in advertises for `upto`.
+const UPTO_FACILITATOR: &str = testing::FACILITATOR;
 const NETWORK: &str = "eip155:84532";
 
-/// Valid and settled, every time.
-#[derive(Debug)]
-struct Stub;
-
-#[async_trait::async_trait]
-impl Facilitator for Stub {
-    async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> {
-        Ok(VerifyResponse::valid(PAYER))
-    }
-    async fn settle(&self, r: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> {
-        Ok(SettleResponse {
-            success: false,
-            error_reason: Some("insufficient_funds".into()),
-            network: r.payment_requirements.network().into(),
-            ..SettleResponse::default()
-        })
-    }
-    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
-        Ok(serde_json::from_value(json!({
-            "kinds": [
-                {"x402Version": 2, "scheme": "exact", "network": NETWORK},
-                {"x402Version": 2, "scheme": "upto", "network": NETWORK,
-                 "extra": {"facilitatorAddress": UPTO_FACILITATOR}}
-            ],
-            "extensions": ["bazaar"],
-            "signers": {}
-        }))
-        .unwrap())
-    }
+/// Verifies every payment and refuses every settlement
+/// (`insufficient_funds`); supports `exact` and `upto` on [`NETWORK`].
+fn facilitator() -> StandIn {
+    let facilitator = StandIn::new().supporting(NETWORK);
+    facilitator.set_settle(SettleAnswer::Refused("insufficient_funds".into()));
+    facilitator
 }
 
 /// The example server's routes, plus a parameterised route with bazaar.
 fn engine() -> Engine {
-    Engine::builder(Stub)
+    Engine::builder(facilitator())
         .route(
             Route::get("/exact/evm/eip3009")
                 .offer(Offer::exact(NETWORK, "$0.001", PAY_TO))
@@ -216,33 +196,19 @@ async fn routes_without_bazaar_have_no_bazaar_and_keep_their_challenge() {
 #[tokio::test]
 async fn a_settlement_failure_402_carries_the_enriched_bazaar() {
     let e = engine();
-    let required = challenge(&e, Method::GET, "/weather/paris").await;
-    let payment = json!({
-        "x402Version": 2,
-        "accepted": required["accepts"][0],
-        "payload": {
-            "signature": format!("0x{}", "11".repeat(65)),
-            "authorization": {
-                "from": PAYER, "to": PAY_TO, "value": "1000", "validAfter": "0",
-                "validBefore": (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 300).to_string(),
-                "nonce": format!("0x{}", "ab".repeat(32))
-            }
-        }
-    });
-    let header = codec::encode(&payment).unwrap();
-    let parts = request(
-        Method::GET,
-        "/weather/nice",
-        &[("payment-signature", &header)],
+    let required = testing::challenge(&e, get_with_host("/weather/paris")).await;
+    let mut request = get_with_host("/weather/nice");
+    request.headers_mut().insert(
+        "payment-signature",
+        testing::payment(&required.accepts[0]).parse().unwrap(),
     );
-    let Decision::Paid(paid) = e.process(RequestView::from_parts(&parts)).await else {
-        panic!("expected a verified payment");
-    };
-    let mut headers = HeaderMap::new();
-    let Completion::Replace(r) = paid.complete(StatusCode::OK, &mut headers).await else {
-        panic!("the stub refuses settlement");
-    };
+    let r = testing::serve(&e, request, |_| async {
+        Response::new("the handler's answer".to_owned())
+    })
+    .await;
+    // The stand-in refuses settlement: the engine's 402 replaces the answer.
     assert_eq!(r.status(), 402);
+    assert!(!String::from_utf8_lossy(r.body()).contains("the handler's answer"));
     let v: Value = codec::decode(r.headers()["payment-required"].as_bytes(), 1 << 16).unwrap();
     assert_eq!(v["error"], "insufficient_funds");
     assert_eq!(
@@ -251,24 +217,23 @@ async fn a_settlement_failure_402_carries_the_enriched_bazaar() {
     );
 }
 
-fn js_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/js")
+/// `GET path` on `api.example.com`.
+fn get_with_host(path: &str) -> http::Request<()> {
+    http::Request::get(path)
+        .header("host", "api.example.com")
+        .body(())
+        .unwrap()
+}
+
+/// The committed JSON Schema of the discovery document.
+fn schema() -> PathBuf {
+    require::workspace_root().join("x402-core/tests/data/discovery.schema.json")
 }
 
 /// Runs the validators of `tests/js/validate-discovery.mjs`. Fails (never
-/// skips) when Node or the pinned packages are missing.
+/// skips, in one line) when Node or the pinned packages are missing.
 fn validate(document: &Value, openapi: &Value, declarations: &[&Value]) {
-    let js = js_dir();
-    for package in ["ajv", "ajv-formats", "@apidevtools/swagger-parser"] {
-        assert!(
-            js.join("node_modules")
-                .join(package)
-                .join("package.json")
-                .exists(),
-            "the validator package {package} is not installed: run `npm ci` in tests/js \
-             (scripts/test-all.sh does it)"
-        );
-    }
+    let mut node = require::node("validate-discovery.mjs");
     let dir = std::env::temp_dir().join(format!(
         "x402-discovery-{}-{}",
         std::process::id(),
@@ -280,19 +245,16 @@ fn validate(document: &Value, openapi: &Value, declarations: &[&Value]) {
         std::fs::write(&p, serde_json::to_vec_pretty(v).unwrap()).unwrap();
         p
     };
-    let schema = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/discovery.schema.json");
     let mut args = vec![
-        js.join("validate-discovery.mjs"),
-        schema,
+        schema(),
         write("discovery.json", document),
         write("openapi.json", openapi),
     ];
     for (i, d) in declarations.iter().enumerate() {
         args.push(write(&format!("bazaar-{i}.json"), d));
     }
-    let out = Command::new("node")
+    let out = node
         .args(&args)
-        .current_dir(&js)
         .output()
         .unwrap_or_else(|e| panic!("cannot run node (install Node.js >= 20): {e}"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -410,7 +372,6 @@ async fn the_validators_reject_broken_documents() {
     let api = e
         .openapi(&OpenApiInfo::new("Paid API", "1.0.0"), None)
         .await;
-    let js = js_dir();
     let dir = std::env::temp_dir().join(format!(
         "x402-discovery-bad-{}-{}",
         std::process::id(),
@@ -426,12 +387,10 @@ async fn the_validators_reject_broken_documents() {
     ] {
         std::fs::write(dir.join("d.json"), serde_json::to_vec(doc).unwrap()).unwrap();
         std::fs::write(dir.join("o.json"), serde_json::to_vec(api).unwrap()).unwrap();
-        let out = Command::new("node")
-            .arg(js.join("validate-discovery.mjs"))
-            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/discovery.schema.json"))
+        let out = require::node("validate-discovery.mjs")
+            .arg(schema())
             .arg(dir.join("d.json"))
             .arg(dir.join("o.json"))
-            .current_dir(&js)
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);

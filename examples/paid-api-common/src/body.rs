@@ -1,0 +1,84 @@
+//! What the handlers answer: one function per route, so that both servers
+//! send the same JSON. Your business logic goes here; the paid bodies are
+//! only asked for once the payment is verified.
+
+use std::time::SystemTime;
+
+use serde_json::{json, Value};
+use x402_core::{meter::Meter, VerifiedPayment};
+
+use crate::UPTO_CHARGE;
+
+/// `GET /exact/evm/eip3009` (paid $0.001): logs the payment and returns
+/// `{"message": "Paid content: exact (EIP-3009)", "timestamp": ...}`.
+pub fn exact_body(payment: &VerifiedPayment) -> Value {
+    tracing::info!(payer = ?payment.payer, amount = %payment.amount, "paid call");
+    message_body("Paid content: exact (EIP-3009)")
+}
+
+/// `GET /upto/evm/permit2`: reports what the call cost through the `meter`
+/// (here a fixed [`UPTO_CHARGE`]; in a real API, tokens used, bytes
+/// sent...) and returns `{"message": "Paid content: upto (metered)", ...}`.
+pub fn upto_body(meter: &Meter) -> Value {
+    meter.set(UPTO_CHARGE);
+    message_body("Paid content: upto (metered)")
+}
+
+/// `GET /session/demo` (paid per call, or redeemed from a prepaid session):
+/// `{"message": "Paid content: session demo", "timestamp": ...}`, with
+/// `sessionCallsRemaining` when the call was redeemed from a session.
+pub fn session_body(payment: &VerifiedPayment) -> Value {
+    let mut body = message_body("Paid content: session demo");
+    if let (Some(call), Value::Object(map)) = (&payment.session, &mut body) {
+        map.insert("sessionCallsRemaining".into(), json!(call.remaining));
+    }
+    body
+}
+
+/// `GET /health` (free): `{"status": "ok", "timestamp": ...}`.
+pub fn health_body() -> Value {
+    json!({ "status": "ok", "timestamp": timestamp() })
+}
+
+/// `POST /close`, when it stops the server (see
+/// [`AppState::close_enabled`](crate::AppState::close_enabled)):
+/// `{"message": "closing", "timestamp": ...}`.
+pub fn close_body() -> Value {
+    message_body("closing")
+}
+
+/// `{"message": message, "timestamp": now}`: the shape of every paid body.
+pub fn message_body(message: &str) -> Value {
+    json!({ "message": message, "timestamp": timestamp() })
+}
+
+/// Now as RFC 3339 UTC, to the second (`2026-01-31T12:00:00Z`):
+/// [`x402_core::webhook::rfc3339_seconds`].
+pub fn timestamp() -> String {
+    x402_core::webhook::rfc3339_seconds(SystemTime::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_rfc3339() {
+        let t = timestamp();
+        assert_eq!(t.len(), 20);
+        assert!(t.ends_with('Z') && t.as_bytes()[10] == b'T');
+    }
+
+    #[test]
+    fn bodies() {
+        assert_eq!(health_body()["status"], "ok");
+        assert_eq!(close_body()["message"], "closing");
+        let meter = Meter::new(crate::UPTO_CEILING.into());
+        let body = upto_body(&meter);
+        assert_eq!(body["message"], "Paid content: upto (metered)");
+        assert_eq!(meter.reported(), Some(UPTO_CHARGE.into()));
+        for body in [health_body(), close_body(), body] {
+            assert!(body["timestamp"].is_string(), "{body}");
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! The payment side: the facilitator, the route table (what is sold, where,
+//! for how much) and the engine built from them.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::sync::{watch, Mutex};
+use x402_core::{
+    claim::{RedisClaimStore, ReplayGuard},
+    discovery::OpenApiInfo,
+    facilitator::HttpFacilitator,
+    local::{ChainLedger, DevLedger, LocalFacilitator},
+    money::AtomicAmount,
+    network,
+    session::{RedisSessionStore, SessionOffer},
+    webhook::{outbox::RedisOutbox, WebhookSecret, Webhooks},
+    Engine, Facilitator, Offer, Route,
+};
+
+use crate::{config_error, is_loopback, AppState, Config, Error, FacilitatorConfig};
+
+/// The `upto` route's ceiling, in atomic units of the asset.
+pub const UPTO_CEILING: u64 = 2_000;
+/// What the `upto` route's handler charges, in atomic units
+/// ([`upto_body`](crate::upto_body)).
+pub const UPTO_CHARGE: u64 = 1_000;
+
+/// Builds the facilitator the config asks for.
+async fn facilitator(
+    config: &Config,
+) -> Result<(Arc<dyn Facilitator>, Option<Arc<DevLedger>>), Error> {
+    let facilitator_error = |e: &dyn std::fmt::Display| Error::Facilitator(e.to_string());
+    Ok(match &config.facilitator {
+        // Plain http:// to a host that is not loopback is refused (payment
+        // payloads and verdicts would travel unencrypted); HttpFacilitator's
+        // error names the fix.
+        FacilitatorConfig::Http { url } => (
+            Arc::new(
+                HttpFacilitator::new(url)
+                    .map_err(|e| Error::Facilitator(format!("FACILITATOR_URL: {e}")))?,
+            ),
+            None,
+        ),
+        FacilitatorConfig::Chain {
+            rpc_url,
+            private_key,
+        } => {
+            let ledger = ChainLedger::new(rpc_url, private_key)
+                .await
+                .map_err(|e| facilitator_error(&e))?;
+            let expected = network::evm_chain_id(&config.network);
+            if expected != Some(ledger.chain_id()) {
+                return Err(Error::Facilitator(format!(
+                    "EVM_RPC_URL serves chain id {}, but EVM_NETWORK is {}",
+                    ledger.chain_id(),
+                    config.network
+                )));
+            }
+            let local = LocalFacilitator::builder(ledger)
+                .network(&config.network)
+                .build()
+                .map_err(|e| facilitator_error(&e))?;
+            (Arc::new(local), None)
+        }
+        FacilitatorConfig::DevLedger { fund } => {
+            // The dev ledger fakes settlements, so it refuses mainnets. A
+            // server runs for long: it forgets nonces once they expire.
+            let ledger = Arc::new(DevLedger::new().forget_expired_nonces());
+            let local = LocalFacilitator::builder(Arc::clone(&ledger))
+                .network(&config.network)
+                .build()
+                .map_err(|e| facilitator_error(&e))?;
+            for (payer, amount) in fund {
+                ledger
+                    .fund(&config.network, config.asset.address, *payer, *amount)
+                    .map_err(|e| facilitator_error(&e))?;
+            }
+            (Arc::new(local), Some(ledger))
+        }
+    })
+}
+
+/// The paid routes: what is sold, where, for how much. Change prices here.
+fn routes(config: &Config) -> Vec<Route> {
+    let network = config.network.as_str();
+    let pay_to = config.pay_to.to_checksum(None);
+    let asset = config.asset.asset();
+    let exact = |price: &str| Offer::exact(network, price, &pay_to).asset(asset.clone());
+    vec![
+        // $0.001 per call, paid with an EIP-3009 authorization.
+        Route::get("/exact/evm/eip3009")
+            .offer(exact("$0.001"))
+            .description("A paid endpoint: $0.001 per call")
+            .mime_type("application/json"),
+        // The buyer authorises up to the ceiling; the handler charges what the
+        // call cost (see `upto_body`).
+        Route::get("/upto/evm/permit2")
+            .offer(
+                Offer::upto(network, AtomicAmount::from(UPTO_CEILING), &pay_to)
+                    .asset(asset.clone()),
+            )
+            .description("A metered endpoint: up to 2000 atomic units per call")
+            .mime_type("application/json"),
+        // $0.001 per call, or 100 calls within an hour for $0.05 (prepaid
+        // session; v2 clients that understand `extensions.session`).
+        Route::get("/session/demo")
+            .offer(exact("$0.001"))
+            .session(
+                SessionOffer::new("demo-100", 100, Duration::from_secs(3600), "demo")
+                    .offer(exact("$0.05")),
+            )
+            .description("Pay per call, or buy 100 calls for $0.05")
+            .mime_type("application/json"),
+    ]
+}
+
+/// Builds the payment engine (facilitator, route table, replay and session
+/// stores, webhooks) and the state handles: everything but the web framework.
+///
+/// `paid_api::app` wraps an axum router in it; `paid_api_actix::server`
+/// wraps an actix-web `App` in the same engine. The webhook worker (when
+/// `WEBHOOK_URL` is set) starts here, on the current tokio runtime.
+///
+/// Give it the configuration [bound to](Config::bound_to) the listener's
+/// address: whether `POST /close` may stop the server
+/// ([`AppState::close_enabled`]) is decided from `config.host`.
+pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
+    let (facilitator, dev_ledger) = facilitator(config).await?;
+    let mut engine = Engine::builder_arc(facilitator)
+        .routes(routes(config))
+        .public_origin(config.public_origin());
+
+    // One process: claims and sessions in memory (the defaults). Several
+    // instances behind a load balancer must share Redis.
+    if let Some(url) = &config.redis_url {
+        let claims = RedisClaimStore::connect(url)
+            .await
+            .map_err(|e| Error::Redis(e.to_string()))?;
+        let sessions = RedisSessionStore::connect(url)
+            .await
+            .map_err(|e| Error::Redis(e.to_string()))?;
+        engine = engine
+            .replay_guard(ReplayGuard::new(claims))
+            .session_store(sessions);
+    }
+
+    // Signed settlement webhooks, delivered in the background.
+    let mut webhook_worker = None;
+    if let Some((url, secret)) = &config.webhook {
+        let secret = WebhookSecret::parse(secret)
+            .map_err(|e| config_error(format!("WEBHOOK_SECRET: {e}")))?;
+        let mut builder = Webhooks::builder(url, [secret]);
+        if let Some(redis) = &config.redis_url {
+            let outbox = RedisOutbox::connect(redis)
+                .await
+                .map_err(|e| Error::Redis(e.to_string()))?;
+            builder = builder.outbox(outbox);
+        }
+        let webhooks = builder
+            .build()
+            .map_err(|e| config_error(format!("WEBHOOK_URL: {e}")))?;
+        engine = engine.hooks(webhooks.hooks());
+        webhook_worker = Some(webhooks.start());
+    }
+
+    let engine = engine.build()?;
+    let (shutdown, _) = watch::channel(false);
+    let state = AppState {
+        dev_ledger,
+        network: config.network.as_str().into(),
+        asset: Arc::new(config.asset.clone()),
+        pay_to: config.pay_to,
+        shutdown: Arc::new(shutdown),
+        webhook_worker: Arc::new(Mutex::new(webhook_worker)),
+        close_enabled: is_loopback(config.host),
+    };
+    Ok((engine, state))
+}
+
+/// The `info` of the OpenAPI document both example servers serve at
+/// `/.well-known/x402/openapi.json`.
+pub fn openapi_info() -> OpenApiInfo {
+    OpenApiInfo::new("paid-api", env!("CARGO_PKG_VERSION"))
+        .description("An x402 example API: exact, upto and prepaid-session routes.")
+}

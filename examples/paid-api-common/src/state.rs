@@ -1,0 +1,132 @@
+//! The state handles the running app hands out.
+
+use std::{net::IpAddr, sync::Arc, time::Duration};
+
+use alloy_primitives::{Address, U256};
+use tokio::sync::{watch, Mutex};
+use x402_core::{local::DevLedger, money::AtomicAmount, webhook::WebhookWorker};
+
+use crate::{config::AssetConfig, config_error, Error};
+
+/// Handles the running app hands out: the dev ledger (to fund payers and read
+/// balances), the route's network and asset, and the shutdown switch.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    // axum clones the state for every request it routes (and the paywall
+    // clones the route service for every protected one; actix-web's
+    // `web::Data` is an Arc): Arcs and copies only, no Strings.
+    pub(crate) dev_ledger: Option<Arc<DevLedger>>,
+    pub(crate) network: Arc<str>,
+    pub(crate) asset: Arc<AssetConfig>,
+    pub(crate) pay_to: Address,
+    pub(crate) shutdown: Arc<watch::Sender<bool>>,
+    pub(crate) webhook_worker: Arc<Mutex<Option<WebhookWorker>>>,
+    /// Whether `POST /close` may stop the server: bound to loopback.
+    pub(crate) close_enabled: bool,
+}
+
+impl AppState {
+    /// The dev ledger, when the server runs on one.
+    pub fn dev_ledger(&self) -> Option<&Arc<DevLedger>> {
+        self.dev_ledger.as_ref()
+    }
+
+    /// Credits `amount` atomic units of the API's asset to `payer` on the dev
+    /// ledger. Fails when the server does not run on the dev ledger.
+    pub fn fund(&self, payer: Address, amount: impl Into<AtomicAmount>) -> Result<(), Error> {
+        let ledger = self.dev_ledger.as_ref().ok_or_else(|| {
+            config_error("funding needs the dev ledger (no FACILITATOR_URL, no EVM_RPC_URL)")
+        })?;
+        ledger
+            .fund(&self.network, self.asset.address, payer, amount)
+            .map_err(|e| Error::Facilitator(e.to_string()))
+    }
+
+    /// `owner`'s balance of the API's asset on the dev ledger (`None` when the
+    /// server does not run on one).
+    pub fn dev_balance(&self, owner: Address) -> Option<U256> {
+        self.dev_ledger
+            .as_ref()
+            .map(|l| l.balance(&self.network, self.asset.address, owner))
+    }
+
+    /// The network payments are taken on.
+    pub fn network(&self) -> &str {
+        &self.network
+    }
+
+    /// The asset payments are taken in.
+    pub fn asset(&self) -> &AssetConfig {
+        &self.asset
+    }
+
+    /// Who gets paid.
+    pub fn pay_to(&self) -> Address {
+        self.pay_to
+    }
+
+    /// Whether `POST /close` stops the server: only when the configuration
+    /// given to [`engine`](crate::engine) names a loopback address (bound to 0.0.0.0 or a
+    /// public address, `POST /close` answers 404 and changes nothing).
+    pub fn close_enabled(&self) -> bool {
+        self.close_enabled
+    }
+
+    /// Asks the server to shut down gracefully (as `POST /close` does): both
+    /// example servers (`paid_api::serve`, `paid_api_actix::Server::run`)
+    /// stop on [`wait_for_shutdown`](Self::wait_for_shutdown).
+    pub fn shutdown(&self) {
+        // `send_replace`, not `send`: the flag must stick even while nobody
+        // waits on it yet.
+        self.shutdown.send_replace(true);
+    }
+
+    /// Whether [`shutdown`](Self::shutdown) has been called.
+    pub fn shutdown_requested(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    /// Resolves once [`shutdown`](Self::shutdown) has been called (at once if
+    /// it already was). A server stops on it.
+    pub async fn wait_for_shutdown(&self) {
+        let mut rx = self.shutdown.subscribe();
+        let _ = rx.wait_for(|closed| *closed).await;
+    }
+
+    /// Stops the webhook worker, if any, letting pending deliveries finish
+    /// for up to `grace` (undelivered ones stay in the outbox). Call it once
+    /// the server has stopped taking requests.
+    pub async fn stop_webhooks(&self, grace: Duration) {
+        if let Some(worker) = self.webhook_worker.lock().await.take() {
+            worker.shutdown(grace).await;
+        }
+    }
+}
+
+/// Whether `ip` is a loopback address (`127.0.0.0/8`, `::1`, or
+/// `::ffff:127.x.y.z`). The unspecified addresses (`0.0.0.0`, `::`) listen on
+/// every interface and are not.
+pub fn is_loopback(ip: IpAddr) -> bool {
+    ip.to_canonical().is_loopback()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_addresses() {
+        for ip in ["127.0.0.1", "127.0.0.2", "::1", "::ffff:127.0.0.1"] {
+            assert!(is_loopback(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in [
+            "0.0.0.0",
+            "::",
+            "10.0.0.1",
+            "::ffff:10.0.0.1",
+            "2001:db8::1",
+        ] {
+            assert!(!is_loopback(ip.parse().unwrap()), "{ip}");
+        }
+    }
+}
