@@ -124,7 +124,6 @@ mod tests {
 
     use super::Discovery;
 
-
     fn engine(origin: impl FnOnce(EngineBuilder) -> EngineBuilder) -> Engine {
         let pay_to = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
         origin(Engine::builder(StandIn::new().supported_down()))

@@ -185,7 +185,6 @@ mod tests {
 
     use super::Discovery;
 
-
     fn engine() -> Engine {
         engine_with(|b| b.public_origin("https://api.example.com"))
     }
