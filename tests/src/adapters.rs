@@ -113,6 +113,22 @@ impl Adapter for AxumAdapter {
     }
 }
 
+/// [`AxumAdapter`]'s app served with
+/// `into_make_service_with_connect_info::<SocketAddr>()`, so that the
+/// paywall knows each request's peer address (abuse limits key by it).
+#[derive(Debug, Clone, Copy)]
+pub struct AxumConnectInfoAdapter;
+
+impl Adapter for AxumConnectInfoAdapter {
+    const NAME: &'static str = "axum (ConnectInfo)";
+
+    async fn serve(listener: TcpListener, engine: Engine, handler: Arc<TestHandler>) {
+        let app = axum_router(handler).layer(x402_axum::PaywallLayer::new(engine));
+        let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+    }
+}
+
 /// `x402_tower::PaywallLayer` over a `tower::service_fn`, served by hyper
 /// directly (no axum routing anywhere). A second `service_fn` in front
 /// answers the discovery paths with x402-core's `DiscoveryEndpoints` (tower

@@ -48,8 +48,9 @@ pub use standin::{SettleMode, StandIn, VerifyMode};
 
 /// The seller's address in every test route.
 pub const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
-/// The payer the stand-in reports.
-pub const PAYER: &str = "0x857b06519E91e3A54538791bDbb0E22373e36b66";
+/// The payer the stand-in reports, and whose test key signs the suite's
+/// payments (`x402_core::testing::PAYER`).
+pub const PAYER: &str = x402_core::testing::PAYER;
 /// Base Sepolia USDC, the default asset of `eip155:84532`.
 pub const USDC_BASE_SEPOLIA: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
 /// The transaction hash the stand-in reports on success.

@@ -1,8 +1,9 @@
-//! Payment header builders. The stand-in does not check signatures; these
-//! only have the right shape.
+//! Payment header builders: payments signed by [`PAYER`]'s test key (the
+//! one of `x402_core::testing`), for a facilitator stand-in that says
+//! valid.
 
 use serde_json::{json, Value};
-use x402_core::codec;
+use x402_core::{codec, proto::v2, testing};
 
 use crate::{PAYER, PAY_TO};
 
@@ -16,8 +17,33 @@ pub fn random_hex(n: usize) -> String {
     out
 }
 
-/// An EIP-3009 `exact` payload: a 65-byte signature and an authorization
-/// with a random 32-byte nonce, valid for the next five minutes.
+/// The v2 payment JSON for `accepted` (a row copied from a 402's `accepts`),
+/// in the transfer method the row advertises, signed by [`PAYER`]'s test key
+/// (`x402_core::testing::payment`) so that the engine's pre-check passes it;
+/// the stand-in facilitator then says valid.
+pub fn v2_payment(accepted: &Value, resource: Option<&Value>) -> Value {
+    let mut payment = match serde_json::from_value::<v2::PaymentRequirements>(accepted.clone()) {
+        Ok(row) => codec::decode(testing::payment(&row).as_bytes(), 1 << 20).unwrap(),
+        // Not a requirement this crate reads (a test's odd row): the shape
+        // only, with an EIP-3009 authorization that cannot be signed.
+        Err(_) => json!({
+            "x402Version": 2,
+            "payload": eip3009_payload(
+                accepted["payTo"].as_str().unwrap_or(PAY_TO),
+                accepted["amount"].as_str().unwrap_or("0"),
+            ),
+        }),
+    };
+    payment["accepted"] = accepted.clone();
+    if let Some(resource) = resource {
+        payment["resource"] = resource.clone();
+    }
+    payment
+}
+
+/// An EIP-3009 authorization from [`PAYER`] with a random signature: the
+/// shape of a payment (for rows that say too little to sign, and for
+/// payments refused before any signature is looked at).
 pub fn eip3009_payload(to: &str, value: &str) -> Value {
     let valid_before = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -37,52 +63,23 @@ pub fn eip3009_payload(to: &str, value: &str) -> Value {
     })
 }
 
-/// A Permit2 payload for `accepted` (an `upto` or Permit2 `exact` row): a
-/// 65-byte signature and a permit with a random nonce, valid for the next
-/// five minutes.
+/// A signed Permit2 payload for `accepted` (an `upto` row, or an `exact`
+/// one moved by Permit2 whatever it advertises).
 pub fn permit2_payload(accepted: &Value) -> Value {
-    let deadline = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 300;
-    let proxy = if accepted["scheme"] == "upto" {
-        x402_core::evm::UPTO_PERMIT2_PROXY
-    } else {
-        x402_core::evm::EXACT_PERMIT2_PROXY
-    };
-    json!({
-        "signature": random_hex(65),
-        "permit2Authorization": {
-            "from": PAYER,
-            "permitted": {"token": accepted["asset"], "amount": accepted["amount"]},
-            "spender": proxy.to_checksum(None),
-            "nonce": random_hex(16),
-            "deadline": deadline.to_string(),
-            "witness": {"to": accepted["payTo"], "validAfter": "0"},
-        }
-    })
+    let mut row = accepted.clone();
+    if row["scheme"] != "upto" {
+        row["extra"]["assetTransferMethod"] = json!("permit2");
+    }
+    v2_payment(&row, None)["payload"].take()
 }
 
-/// The v2 payment JSON for `accepted` (a row copied from a 402's `accepts`),
-/// in the transfer method the row advertises.
-pub fn v2_payment(accepted: &Value, resource: Option<&Value>) -> Value {
-    let to = accepted["payTo"].as_str().unwrap_or(PAY_TO);
-    let value = accepted["amount"].as_str().unwrap_or("0");
-    let payload = if accepted["extra"]["assetTransferMethod"] == "permit2" {
-        permit2_payload(accepted)
-    } else {
-        eip3009_payload(to, value)
-    };
-    let mut payment = json!({
-        "x402Version": 2,
-        "accepted": accepted,
-        "payload": payload,
-    });
-    if let Some(resource) = resource {
-        payment["resource"] = resource.clone();
+/// Signs a v2 payment (JSON, as [`v2_payment`] gives it) again after a test
+/// changed its payload: by [`PAYER`]'s key, for its `accepted` row.
+pub fn resign(payment: &mut Value) {
+    let row: v2::PaymentRequirements = serde_json::from_value(payment["accepted"].clone()).unwrap();
+    if let Some(signature) = testing::sign(&row, &payment["payload"]) {
+        payment["payload"]["signature"] = json!(signature);
     }
-    payment
 }
 
 /// A `PAYMENT-SIGNATURE` value for `accepted`.
@@ -90,13 +87,24 @@ pub fn v2_header(accepted: &Value) -> String {
     encode(&v2_payment(accepted, None))
 }
 
-/// The v1 payment JSON (`X-PAYMENT`) for `(scheme, network)`.
+/// The v1 payment JSON (`X-PAYMENT`) for `(scheme, network)` (a v1 name):
+/// [`PAYER`] pays `amount` of the network's USDC to [`PAY_TO`], signed.
 pub fn v1_payment(scheme: &str, network: &str, amount: &str) -> Value {
+    let caip2 = x402_core::network::caip2(network).unwrap_or(network);
+    let asset = x402_core::network::default_stablecoin(caip2)
+        .map_or(crate::USDC_BASE_SEPOLIA.to_owned(), |c| {
+            c.address.to_owned()
+        });
+    let row = json!({
+        "scheme": "exact", "network": caip2, "amount": amount, "asset": asset,
+        "payTo": PAY_TO, "maxTimeoutSeconds": 300,
+        "extra": {"name": "USDC", "version": "2"},
+    });
     json!({
         "x402Version": 1,
         "scheme": scheme,
         "network": network,
-        "payload": eip3009_payload(PAY_TO, amount),
+        "payload": v2_payment(&row, None)["payload"],
     })
 }
 

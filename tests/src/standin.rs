@@ -68,10 +68,24 @@ pub enum SettleMode {
     Slow,
 }
 
+/// What `/supported` answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SupportedMode {
+    /// 200 [`supported_json`].
+    Normal,
+    /// 500 `{"error":"boom"}`.
+    Error500,
+    /// Closes the connection without answering (transport failure).
+    Hangup,
+    /// 200 [`supported_json`] without the kinds of this scheme.
+    Without(String),
+}
+
 #[derive(Debug)]
 struct Inner {
     verify_mode: Mutex<VerifyMode>,
     settle_mode: Mutex<SettleMode>,
+    supported_mode: Mutex<SupportedMode>,
     verify_bodies: Mutex<Vec<Value>>,
     settle_bodies: Mutex<Vec<Value>>,
     verify_calls: AtomicUsize,
@@ -96,6 +110,7 @@ impl StandIn {
         let inner = Arc::new(Inner {
             verify_mode: Mutex::new(VerifyMode::Valid),
             settle_mode: Mutex::new(SettleMode::Success),
+            supported_mode: Mutex::new(SupportedMode::Normal),
             verify_bodies: Mutex::default(),
             settle_bodies: Mutex::default(),
             verify_calls: AtomicUsize::new(0),
@@ -165,6 +180,10 @@ impl StandIn {
 
     pub fn set_settle(&self, mode: SettleMode) {
         *self.inner.settle_mode.lock().unwrap() = mode;
+    }
+
+    pub fn set_supported(&self, mode: SupportedMode) {
+        *self.inner.supported_mode.lock().unwrap() = mode;
     }
 
     pub fn verify_calls(&self) -> usize {
@@ -333,7 +352,19 @@ pub fn supported_json() -> Value {
     })
 }
 
-async fn supported(State(s): State<Arc<Inner>>) -> Response {
+async fn supported(State(s): State<Arc<Inner>>, Extension(kill): Extension<Kill>) -> Response {
     s.supported_calls.fetch_add(1, Ordering::SeqCst);
-    Json(supported_json()).into_response()
+    let mode = s.supported_mode.lock().unwrap().clone();
+    match mode {
+        SupportedMode::Normal => Json(supported_json()).into_response(),
+        SupportedMode::Error500 => boom(),
+        SupportedMode::Hangup => hang(&kill).await,
+        SupportedMode::Without(scheme) => {
+            let mut json = supported_json();
+            if let Some(kinds) = json["kinds"].as_array_mut() {
+                kinds.retain(|kind| kind["scheme"] != scheme.as_str());
+            }
+            Json(json).into_response()
+        }
+    }
 }

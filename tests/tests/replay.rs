@@ -59,6 +59,7 @@ fn header(row: &Value) -> String {
     let mut p = payment::v2_payment(row, None);
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
     p["payload"]["authorization"]["validBefore"] = json!((now.as_secs() + 3600).to_string());
+    payment::resign(&mut p);
     payment::encode(&p)
 }
 

@@ -1,7 +1,12 @@
 //! Discovery routes: `GET /.well-known/x402`, the engine's discovery
-//! document (format in [`x402_core::discovery`]), and optionally
+//! document (format in [`x402_core::discovery`]), optionally
 //! `GET /.well-known/x402/openapi.json`, an OpenAPI 3.1 document of the paid
-//! routes. The actix-web twin of `x402_axum::discovery::Discovery`.
+//! routes, and `GET /.well-known/x402/health`, the engine's
+//! [readiness](x402_core::readiness) (200 or 503; leave it out with
+//! [`Discovery::health`]). The actix-web twin of
+//! `x402_axum::discovery::Discovery`.
+
+use std::time::Duration;
 
 use actix_web::{
     body::BoxBody,
@@ -15,9 +20,12 @@ use x402_core::{
 
 use crate::convert::{headers_to_http1, response};
 
-/// Serves an engine's discovery document at `GET /.well-known/x402` and,
-/// with [`openapi`](Self::openapi), an OpenAPI 3.1 document at
-/// `GET /.well-known/x402/openapi.json`. Register it with `App::service`
+/// Serves an engine's discovery document at `GET /.well-known/x402`, with
+/// [`openapi`](Self::openapi) an OpenAPI 3.1 document at
+/// `GET /.well-known/x402/openapi.json`, and unless [left out](Self::health)
+/// its [readiness](x402_core::readiness) at `GET /.well-known/x402/health`
+/// (200 when ready, 503 when not, `Cache-Control: no-store`). Register it
+/// with `App::service`
 /// (or `Scope::service`); the routes are free, and need not be outside
 /// [`PaywallLayer`](crate::PaywallLayer), since the engine's route table
 /// does not list them.
@@ -83,6 +91,22 @@ impl Discovery {
     pub fn openapi(self, info: OpenApiInfo) -> Self {
         Self(self.0.openapi(info))
     }
+
+    /// Whether to serve the readiness report at
+    /// `GET /.well-known/x402/health` (default: yes; it tells the public
+    /// which offered networks cannot be paid now, see
+    /// [`DiscoveryEndpoints::health`]). `health(false)` leaves it out.
+    pub fn health(self, serve: bool) -> Self {
+        Self(self.0.health(serve))
+    }
+
+    /// How long a readiness report is reused before the facilitator is
+    /// asked again (default 5 s; see
+    /// [`DiscoveryEndpoints::health_interval`]). Reports are shared by every
+    /// worker's copy, through the engine.
+    pub fn health_interval(self, interval: Duration) -> Self {
+        Self(self.0.health_interval(interval))
+    }
 }
 
 impl HttpServiceFactory for Discovery {
@@ -117,7 +141,7 @@ mod tests {
 
     use actix_web::{body::to_bytes, test, App};
     use x402_core::{
-        discovery::{DiscoveryEndpoints, OpenApiInfo, OPENAPI_PATH, WELL_KNOWN_PATH},
+        discovery::{DiscoveryEndpoints, OpenApiInfo, HEALTH_PATH, OPENAPI_PATH, WELL_KNOWN_PATH},
         testing::StandIn,
         Engine, EngineBuilder, Offer, Route,
     };
@@ -167,7 +191,7 @@ mod tests {
             engine(EngineBuilder::trust_proxy_headers),
         ] {
             let core = DiscoveryEndpoints::new(engine.clone()).openapi(info.clone());
-            for path in [WELL_KNOWN_PATH, OPENAPI_PATH] {
+            for path in [WELL_KNOWN_PATH, OPENAPI_PATH, HEALTH_PATH] {
                 let (status, headers, body) = get(
                     Discovery::new(engine.clone()).openapi(info.clone()),
                     path,
@@ -218,5 +242,18 @@ mod tests {
         assert_eq!(test::call_service(&app, head).await.status(), 200);
         let post = test::TestRequest::post().uri(WELL_KNOWN_PATH).to_request();
         assert_eq!(test::call_service(&app, post).await.status(), 405);
+    }
+
+    #[actix_web::test]
+    async fn readiness_is_served_unless_left_out() {
+        let discovery = Discovery::new(engine(|b| b));
+        let (status, headers, body) = get(discovery.clone(), HEALTH_PATH, "x").await;
+        // `/supported` is down: not ready.
+        assert_eq!(status, 503);
+        assert_eq!(headers["cache-control"], "no-store");
+        let report: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(report["facilitator"]["reachable"], false);
+        let (status, _, _) = get(discovery.health(false), HEALTH_PATH, "x").await;
+        assert_eq!(status, 404);
     }
 }

@@ -194,10 +194,11 @@ where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
     B: MessageBody,
 {
+    let peer = request.peer_addr().map(|address| address.ip());
     let decision = match RequestHead::from_request(&request) {
-        Ok(head) => match guard.process(head.view()).now() {
+        Ok(head) => match guard.process(head.view().peer(peer)).now() {
             Now::Decided(decision) => decision,
-            Now::Pending(pending) => pending.decide(head.view()).await,
+            Now::Pending(pending) => pending.decide(head.view().peer(peer)).await,
         },
         Err(reason) => {
             // Unreachable for anything actix-web parsed (see `convert`), and

@@ -1,9 +1,11 @@
 //! Discovery and observability routes.
 //!
 //! - [`Discovery`] (feature `discovery`): `GET /.well-known/x402`, the
-//!   engine's discovery document (format in [`x402_core::discovery`]), and
+//!   engine's discovery document (format in [`x402_core::discovery`]),
 //!   optionally `GET /.well-known/x402/openapi.json`, an OpenAPI 3.1 document
-//!   of the paid routes.
+//!   of the paid routes, and `GET /.well-known/x402/health`, the engine's
+//!   [readiness](x402_core::readiness) (200 or 503; leave it out with
+//!   [`Discovery::health`]).
 //! - [`prometheus_router`] (feature `prometheus`): the Prometheus text
 //!   exposition of a `metrics-exporter-prometheus` recorder, with the engine's
 //!   series (feature `metrics` of x402-core, enabled by this one).
@@ -15,7 +17,7 @@ pub use self::well_known::Discovery;
 
 #[cfg(feature = "discovery")]
 mod well_known {
-    use std::sync::Arc;
+    use std::{sync::Arc, time::Duration};
 
     use axum::{
         extract::State,
@@ -29,10 +31,13 @@ mod well_known {
         Engine,
     };
 
-    /// Serves an engine's discovery document at `GET /.well-known/x402` and,
-    /// with [`openapi`](Self::openapi), an OpenAPI 3.1 document at
-    /// `GET /.well-known/x402/openapi.json`. Merge it into the app's router,
-    /// outside the paywall layer's protected routes (the routes are free).
+    /// Serves an engine's discovery document at `GET /.well-known/x402`,
+    /// with [`openapi`](Self::openapi) an OpenAPI 3.1 document at
+    /// `GET /.well-known/x402/openapi.json`, and unless
+    /// [left out](Self::health) its [readiness](x402_core::readiness) at
+    /// `GET /.well-known/x402/health` (200 when ready, 503 when not,
+    /// `Cache-Control: no-store`). Merge it into the app's router, outside
+    /// the paywall layer's protected routes (the routes are free).
     ///
     /// What each path answers (the base URL, the caching and CORS headers,
     /// the JSON) is x402-core's [`DiscoveryEndpoints`], so
@@ -84,6 +89,21 @@ mod well_known {
         /// Also serves an OpenAPI 3.1 document with this `info`.
         pub fn openapi(self, info: OpenApiInfo) -> Self {
             Self(self.0.openapi(info))
+        }
+
+        /// Whether to serve the readiness report at
+        /// `GET /.well-known/x402/health` (default: yes; it tells the public
+        /// which offered networks cannot be paid now, see
+        /// [`DiscoveryEndpoints::health`]). `health(false)` leaves it out.
+        pub fn health(self, serve: bool) -> Self {
+            Self(self.0.health(serve))
+        }
+
+        /// How long a readiness report is reused before the facilitator
+        /// is asked again (default 5 s; see
+        /// [`DiscoveryEndpoints::health_interval`]).
+        pub fn health_interval(self, interval: Duration) -> Self {
+            Self(self.0.health_interval(interval))
         }
 
         /// The routes, for [`Router::merge`].
@@ -264,6 +284,32 @@ mod tests {
         let app: Router = Discovery::new(engine_with(|b| b)).into_router();
         let (_, _, doc) = get(app, "/.well-known/x402", "evil.example").await;
         assert_eq!(doc["baseUrl"], "http://localhost");
+    }
+
+    #[tokio::test]
+    async fn serves_readiness_unless_left_out() {
+        let app: Router = Discovery::new(engine()).into_router();
+        let response = app
+            .clone()
+            .oneshot(
+                Request::get("/.well-known/x402/health")
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        // `/supported` is down: not ready.
+        assert_eq!(response.status(), 503);
+        assert_eq!(response.headers()["cache-control"], "no-store");
+        assert_eq!(response.headers()["content-type"], "application/json");
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let report: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(report["ready"], false);
+        assert_eq!(report["facilitator"]["probeError"], "timeout");
+
+        let app: Router = Discovery::new(engine()).health(false).into_router();
+        let (status, _, _) = get(app, "/.well-known/x402/health", "x").await;
+        assert_eq!(status, 404);
     }
 
     #[tokio::test]

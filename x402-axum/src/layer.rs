@@ -1,6 +1,8 @@
 //! The paywall layer, reading what axum's router decided.
 
-use axum::extract::{MatchedPath, OriginalUri};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, MatchedPath, OriginalUri};
 use http::Extensions;
 use tower_layer::Layer;
 use x402_core::{engine::ConfigError, Engine, Route};
@@ -58,6 +60,13 @@ use x402_tower::{Dispatch, Paywall};
 ///
 /// A `Router::layer` covers only the routes added before it, as every axum
 /// layer does: add paid routes first, or bind them with [`route`](Self::route).
+///
+/// [Abuse limits](x402_core::limit) key clients by the peer's address,
+/// which the layer reads from [`ConnectInfo<SocketAddr>`](ConnectInfo): serve
+/// the app with
+/// [`into_make_service_with_connect_info::<SocketAddr>()`](axum::Router::into_make_service_with_connect_info)
+/// for them to apply (without it, requests have no address and are not
+/// limited, unless the limit keys clients by a function of the request).
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct PaywallLayer(x402_tower::PaywallLayer);
@@ -96,11 +105,17 @@ impl<S> Layer<S> for PaywallLayer {
     }
 }
 
-/// What axum's router left in the request: the original URI, and the
-/// template that matched (absent in fallbacks and for `nest_service`, whose
-/// tail axum keeps to itself).
+/// What axum's router left in the request: the original URI, the template
+/// that matched (absent in fallbacks and for `nest_service`, whose tail
+/// axum keeps to itself), and the peer's address when the app is served
+/// with `ConnectInfo<SocketAddr>`.
 fn axum_dispatch(extensions: &Extensions) -> Dispatch<'_> {
     Dispatch::default()
         .original_uri(extensions.get::<OriginalUri>().map(|uri| &uri.0))
         .route_template(extensions.get::<MatchedPath>().map(MatchedPath::as_str))
+        .peer(
+            extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|info| info.0.ip()),
+        )
 }

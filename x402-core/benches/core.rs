@@ -12,7 +12,9 @@
 //!   priced per request (dynamic pricing);
 //! - `paid`: a paid request through `Engine::process` and
 //!   `PaidRequest::complete` with a facilitator stand-in that answers at once,
-//!   with the replay guard (in-memory claims) disabled and enabled;
+//!   with the replay guard (in-memory claims) disabled and enabled, and with
+//!   the local pre-check off (the difference is the pre-check's cost per
+//!   payment); and a forged payment refused by the pre-check;
 //! - `eip712`: the EIP-712 digest, secp256k1 recovery of a digest, and
 //!   `ExactEvmPayload::recover_signer` (both);
 //! - `claim`: `claim::claim_key`;
@@ -263,15 +265,17 @@ fn paid_benches(c: &mut Criterion) {
         .build()
         .unwrap();
     let guarded = Engine::builder(instant()).route(route()).build().unwrap();
+    let unchecked = Engine::builder(instant())
+        .route(route())
+        .local_precheck(false)
+        .build()
+        .unwrap();
     let uri: Uri = "/paid".parse().unwrap();
-    // The stub does not check signatures: a well-formed payload with a fresh
-    // nonce is all the engine and the guard look at.
+    // A fresh payment each time (signed outside the measurement: the
+    // pre-check recovers its signer, the stand-in accepts it).
     let key = PrivateKeySigner::random();
-    let template = sign(&key, random_nonce());
-    let fresh_headers = || {
-        let mut payload = template.clone();
-        payload.authorization.nonce = random_nonce();
-        let header = codec::encode(&payment_v2(&payload)).unwrap();
+    let headers_for = |payload: &ExactEvmPayload| {
+        let header = codec::encode(&payment_v2(payload)).unwrap();
         let mut headers = HeaderMap::new();
         headers.insert("host", HeaderValue::from_static("localhost"));
         headers.insert(
@@ -280,11 +284,21 @@ fn paid_benches(c: &mut Criterion) {
         );
         headers
     };
+    let fresh_headers = || headers_for(&sign(&key, random_nonce()));
+    // The same, its signature made by another key: refused by the
+    // pre-check before the facilitator.
+    let thief = PrivateKeySigner::random();
+    let forged_headers = || {
+        let mut payload = sign(&thief, random_nonce());
+        payload.authorization.from = key.address();
+        headers_for(&payload)
+    };
 
     let mut group = short(c, "paid");
     for (name, engine) in [
         ("replay_guard_disabled", &unguarded),
         ("replay_guard_memory", &guarded),
+        ("replay_guard_memory_no_precheck", &unchecked),
     ] {
         group.bench_function(name, |b| {
             b.to_async(&rt).iter_batched(
@@ -309,6 +323,28 @@ fn paid_benches(c: &mut Criterion) {
             );
         });
     }
+    // What a forged payment costs the seller: decoding, matching and the
+    // local check, then a 402 (no facilitator call).
+    group.bench_function("forged_refused_by_precheck", |b| {
+        b.to_async(&rt).iter_batched(
+            forged_headers,
+            |headers| {
+                let uri = &uri;
+                let engine = &guarded;
+                async move {
+                    let decision = engine
+                        .process(RequestView::new(&Method::GET, uri, &headers))
+                        .await;
+                    let Decision::Respond(response) = decision else {
+                        panic!("expected a refusal, got {decision:?}");
+                    };
+                    assert_eq!(response.status(), 402);
+                    response
+                }
+            },
+            BatchSize::SmallInput,
+        );
+    });
     group.finish();
 }
 

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
+pub mod bazaar;
 pub mod boundary;
 pub mod challenge;
 pub mod claim;
@@ -9,8 +10,10 @@ pub mod discovery;
 pub mod engine;
 pub mod evm;
 pub mod facilitator;
+pub mod floor;
 pub mod hooks;
 mod late;
+pub mod limit;
 #[cfg(feature = "local-facilitator")]
 #[cfg_attr(docsrs, doc(cfg(feature = "local-facilitator")))]
 pub mod local;
@@ -18,8 +21,12 @@ pub mod meter;
 pub mod metrics;
 pub mod money;
 pub mod network;
+pub mod payment;
 pub mod paywall;
 pub mod proto;
+pub mod readiness;
+#[cfg(any(feature = "chain", feature = "svm-rpc"))]
+mod redact;
 mod refusal;
 pub mod rejection;
 pub mod route;
@@ -34,9 +41,7 @@ mod unix;
 #[cfg_attr(docsrs, doc(cfg(feature = "webhooks")))]
 pub mod webhook;
 
-pub use engine::{
-    BoundRoute, Completion, Decision, Engine, EngineBuilder, Guard, PaidRequest, SessionCall,
-    VerifiedPayment,
-};
+pub use engine::{BoundRoute, Completion, Decision, Engine, EngineBuilder, Guard, PaidRequest};
 pub use facilitator::Facilitator;
+pub use payment::{SessionCall, VerifiedPayment};
 pub use route::{Asset, Offer, Route};

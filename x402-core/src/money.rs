@@ -243,7 +243,7 @@ impl Price {
     }
 }
 
-fn pow10(exp: u8) -> Option<U256> {
+pub(crate) fn pow10(exp: u8) -> Option<U256> {
     U256::from(10u8).checked_pow(U256::from(exp))
 }
 

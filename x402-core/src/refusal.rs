@@ -53,6 +53,14 @@ pub enum Refusal {
     /// route's parameter or wildcard could take it: 400 `ambiguous_path`
     /// (see [`boundary`](crate::boundary)).
     AmbiguousPath,
+    /// The client is over one of its [abuse limits](crate::limit): 429
+    /// `rate_limited` with `Retry-After`, before any hook or facilitator
+    /// call.
+    RateLimited {
+        /// How long until the client may try again (`Retry-After`, rounded
+        /// up to whole seconds).
+        retry_after: Duration,
+    },
 }
 
 impl Refusal {
@@ -70,6 +78,7 @@ impl Refusal {
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Forbidden { status, .. } => *status,
             Self::AmbiguousPath => StatusCode::BAD_REQUEST,
+            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -90,6 +99,7 @@ impl Refusal {
                 .unwrap_or("settlement_failed"),
             Self::SettlementUnknown => "settlement_unknown",
             Self::AmbiguousPath => "ambiguous_path",
+            Self::RateLimited { .. } => "rate_limited",
         }
     }
 

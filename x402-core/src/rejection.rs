@@ -43,7 +43,7 @@ use std::fmt;
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 
-use crate::{meter::Meter, VerifiedPayment};
+use crate::{meter::Meter, payment::VerifiedPayment};
 
 /// The `Content-Type` of every rejection body.
 pub const CONTENT_TYPE: &str = "text/plain; charset=utf-8";

@@ -52,6 +52,8 @@ use std::{
 };
 
 use alloy_primitives::Address;
+use alloy_signer::SignerSync;
+use alloy_signer_local::PrivateKeySigner;
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::{Request, Response};
@@ -71,8 +73,9 @@ use crate::{
     route::RequestView,
 };
 
-/// The payer the [`StandIn`] reports and [`payment`] signs as.
-pub const PAYER: &str = "0x857b06519E91e3A54538791bDbb0E22373e36b66";
+/// The payer the [`StandIn`] reports and [`payment`] signs as (the address
+/// of a test key, `keccak256("x402_core::testing payer")`).
+pub const PAYER: &str = "0x8eBdE6ccD9d7C060D44f80D5036A4F72Ff39BF02";
 /// A recipient for test offers.
 pub const PAY_TO: &str = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
 /// The address the [`StandIn`] advertises as its `upto` kind's
@@ -321,8 +324,10 @@ fn checksum(address: Address) -> String {
 /// A v2 `PAYMENT-SIGNATURE` header value paying `requirement` from
 /// [`PAYER`]: a fresh nonce each call, valid for ten minutes, in the transfer
 /// method the requirement asks for (EIP-3009, or Permit2 for `upto` and
-/// `assetTransferMethod: "permit2"`). The signature is filler: only a
-/// stand-in facilitator accepts it.
+/// `assetTransferMethod: "permit2"`), signed with [`PAYER`]'s test key (so
+/// the engine's pre-check accepts it) when the requirement says enough to
+/// sign, else with random bytes. Nothing pays it but a stand-in
+/// facilitator: [`PAYER`] has no funds anywhere.
 pub fn payment(requirement: &PaymentRequirements) -> String {
     header(requirement, None)
 }
@@ -346,26 +351,33 @@ fn header(requirement: &PaymentRequirements, resource: Option<&ResourceInfo>) ->
             .get("assetTransferMethod")
             .and_then(Value::as_str)
             == Some("permit2");
-    let payload = if permit2 {
+    let mut payload = if permit2 {
         let spender = if requirement.scheme == "upto" {
             evm::UPTO_PERMIT2_PROXY
         } else {
             evm::EXACT_PERMIT2_PROXY
         };
+        // An upto witness names the facilitator the requirement names.
+        let mut witness = json!({"to": requirement.pay_to, "validAfter": "0"});
+        if requirement.scheme == "upto" {
+            witness["facilitator"] = requirement
+                .extra
+                .get("facilitatorAddress")
+                .cloned()
+                .unwrap_or_else(|| json!(FACILITATOR));
+        }
         json!({
-            "signature": random_hex(65),
             "permit2Authorization": {
                 "from": PAYER,
                 "permitted": {"token": requirement.asset, "amount": requirement.amount},
                 "spender": checksum(spender),
                 "nonce": alloy_primitives::U256::from_be_bytes(rand::random::<[u8; 32]>()).to_string(),
                 "deadline": deadline,
-                "witness": {"to": requirement.pay_to, "validAfter": "0"},
+                "witness": witness,
             }
         })
     } else {
         json!({
-            "signature": random_hex(65),
             "authorization": {
                 "from": PAYER,
                 "to": requirement.pay_to,
@@ -376,10 +388,58 @@ fn header(requirement: &PaymentRequirements, resource: Option<&ResourceInfo>) ->
             }
         })
     };
+    payload["signature"] = json!(sign(requirement, &payload).unwrap_or_else(|| random_hex(65)));
     let mut header = json!({"x402Version": 2, "accepted": requirement, "payload": payload});
     if let Some(resource) = resource {
         header["resource"] = json!(resource);
     }
+    codec::encode(&header).unwrap_or_default()
+}
+
+/// [`PAYER`]'s signature (`0x` hex) over a payment's `payload` for
+/// `requirement`: EIP-3009 in the token's EIP-712 domain, or Permit2's.
+/// `None` when the requirement does not say enough to sign (not an EVM
+/// network, no EIP-712 name and version, an asset that is not an address)
+/// or the payload is neither. For tests that change a [`payment`] and sign
+/// it again.
+pub fn sign(requirement: &PaymentRequirements, payload: &Value) -> Option<String> {
+    let chain_id = crate::network::evm_chain_id(&requirement.network)?;
+    let digest = if let Some(auth) = payload.get("permit2Authorization") {
+        let auth: evm::Permit2Authorization = serde_json::from_value(auth.clone()).ok()?;
+        auth.signing_hash(chain_id)
+    } else {
+        let auth: evm::Eip3009Authorization =
+            serde_json::from_value(payload.get("authorization")?.clone()).ok()?;
+        let name = requirement.extra.get("name")?.as_str()?;
+        let version = requirement.extra.get("version")?.as_str()?;
+        let asset: Address = requirement.asset.parse().ok()?;
+        auth.signing_hash(&evm::eip3009_domain(name, version, chain_id, asset))
+    };
+    let signature = payer_key().sign_hash_sync(&digest).ok()?;
+    Some(format!(
+        "0x{}",
+        alloy_primitives::hex::encode(signature.as_bytes())
+    ))
+}
+
+/// [`PAYER`]'s key: `keccak256("x402_core::testing payer")`. A test key,
+/// public by construction: never fund it on a real network.
+fn payer_key() -> &'static PrivateKeySigner {
+    static KEY: std::sync::OnceLock<PrivateKeySigner> = std::sync::OnceLock::new();
+    KEY.get_or_init(|| {
+        let secret = alloy_primitives::keccak256(b"x402_core::testing payer");
+        PrivateKeySigner::from_bytes(&secret).unwrap_or_else(|_| PrivateKeySigner::random())
+    })
+}
+
+/// `payment` with its signature replaced by random bytes: a well-formed
+/// payment that no facilitator (and no pre-check) accepts, for abuse tests.
+/// The header as it is when it does not decode.
+pub fn forge(payment: &str) -> String {
+    let Ok(mut header) = codec::decode::<Value>(payment.as_bytes(), 1 << 20) else {
+        return payment.to_owned();
+    };
+    header["payload"]["signature"] = json!(random_hex(65));
     codec::encode(&header).unwrap_or_default()
 }
 

@@ -1,5 +1,7 @@
 //! What a router tells the paywall about a request it dispatched.
 
+use std::net::IpAddr;
+
 use http::{Extensions, Uri};
 
 /// What the router in front of a [`Paywall`](crate::Paywall) decided about a
@@ -24,6 +26,34 @@ use http::{Extensions, Uri};
 /// # let _ = layer;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// # The peer's address
+///
+/// [Abuse limits](x402_core::limit) key clients by the peer's IP address,
+/// which the paywall knows only from [`peer`](Self::peer). hyper (and
+/// hyper-util's server) do not put the connection's remote address in a
+/// request's extensions; an accept loop that knows it can insert it into
+/// each request (a `tower::util::MapRequest` per connection, say) for a
+/// `ReadDispatch` to read back:
+///
+/// ```
+/// use std::net::SocketAddr;
+/// use http::Extensions;
+/// use x402_tower::Dispatch;
+///
+/// /// Inserted by my accept loop into every request of a connection.
+/// #[derive(Clone, Copy)]
+/// struct RemoteAddr(SocketAddr);
+///
+/// fn with_peer(extensions: &Extensions) -> Dispatch<'_> {
+///     Dispatch::default().peer(extensions.get::<RemoteAddr>().map(|a| a.0.ip()))
+/// }
+/// # let _ = with_peer;
+/// ```
+///
+/// Without it, requests have no address and are not limited, unless the
+/// limit keys clients by a function of the request instead
+/// ([`RateLimit::key_by`](x402_core::limit::RateLimit::key_by)).
 #[derive(Debug, Clone, Copy, Default)]
 #[non_exhaustive]
 pub struct Dispatch<'a> {
@@ -33,6 +63,9 @@ pub struct Dispatch<'a> {
     pub original_uri: Option<&'a Uri>,
     /// The route template the router matched, in its own syntax.
     pub route_template: Option<&'a str>,
+    /// The IP address of the peer that sent the request, when the server
+    /// says (see [the peer's address](#the-peers-address)).
+    pub peer: Option<IpAddr>,
 }
 
 impl<'a> Dispatch<'a> {
@@ -47,6 +80,13 @@ impl<'a> Dispatch<'a> {
     #[must_use]
     pub fn route_template(mut self, template: Option<&'a str>) -> Self {
         self.route_template = template;
+        self
+    }
+
+    /// Sets the IP address of the peer that sent the request.
+    #[must_use]
+    pub fn peer(mut self, peer: Option<IpAddr>) -> Self {
+        self.peer = peer;
         self
     }
 }

@@ -131,14 +131,15 @@ fn passed<B>(guard: &Guard, request: &Request<B>, read: ReadDispatch) {
     }
 }
 
-/// The engine's view of a request: the URI the client sent and the
-/// template the router matched, where the router says.
+/// The engine's view of a request: the URI the client sent, the template
+/// the router matched and the peer's address, where the router says.
 fn view<B>(request: &Request<B>, read: ReadDispatch) -> RequestView<'_> {
     let dispatch = read(request.extensions());
     let uri = dispatch.original_uri.unwrap_or(request.uri());
     RequestView::new(request.method(), uri, request.headers())
         .route_template(dispatch.route_template)
         .paid_upstream(request.extensions().get::<VerifiedPayment>())
+        .peer(dispatch.peer)
 }
 
 /// A verified payment or redeemed session call: the handler runs with the

@@ -1,6 +1,7 @@
 //! Building an engine: EngineBuilder and its ConfigError.
 
 use super::*;
+use crate::{floor::PriceFloors, money::PriceError};
 
 /// Builds an [`Engine`].
 #[must_use]
@@ -14,8 +15,11 @@ pub struct EngineBuilder {
     session_deadline: Duration,
     session_open_deadline: Duration,
     release_on_hang_up: bool,
+    precheck: bool,
     replay_guard: Option<ReplayGuard>,
     origin: Result<Origin, ConfigError>,
+    price_floors: PriceFloors,
+    rate_limit: Option<crate::limit::RateLimit>,
 }
 
 impl fmt::Debug for EngineBuilder {
@@ -59,6 +63,37 @@ pub enum ConfigError {
         /// Why.
         reason: &'static str,
     },
+    /// A static offer (or a session's) is priced under its network's floor
+    /// ([`EngineBuilder::price_floors`]): a call would not pay for its own
+    /// settlement.
+    #[error(
+        "route {route}: price {price} on {network} is below that network's floor of {floor}, \
+         under which a call does not pay for its settlement (see EngineBuilder::price_floors)"
+    )]
+    PriceBelowFloor {
+        /// The route's pattern.
+        route: String,
+        /// The offer's network.
+        network: String,
+        /// The offer's price (an `upto` offer's ceiling) in dollars, as
+        /// `$0.001`.
+        price: String,
+        /// The network's floor in dollars, as `$0.01`.
+        floor: String,
+    },
+    /// A price floor is not a dollar amount.
+    #[error("price floor for {network}: {source}")]
+    PriceFloor {
+        /// The network.
+        network: String,
+        /// Why.
+        #[source]
+        source: PriceError,
+    },
+    /// A [`RateLimit`](crate::limit::RateLimit) budget allows nothing (a
+    /// count of 0, or a zero period).
+    #[error("rate limit: {0}")]
+    RateLimit(&'static str),
     /// The configured public origin is not `scheme://host[:port]`.
     #[error("public origin {origin:?}: {reason}")]
     PublicOrigin {
@@ -164,6 +199,32 @@ impl EngineBuilder {
         self
     }
 
+    /// Whether EVM payments are checked here before any facilitator call
+    /// (default `true`): the EIP-712 signature of an EIP-3009 or Permit2
+    /// payload must recover its `from`, its window must hold (with the
+    /// facilitators' 6 s margin), and its amount, recipient and token must
+    /// be the requirement's. A payment that fails gets a 402 with the
+    /// reason a facilitator would give (`invalid_exact_evm_signature`, ...;
+    /// see [`evm::reason`](crate::evm::reason)) and costs the facilitator
+    /// no call, so a client sending thousands of forged payloads cannot
+    /// spend a hosted facilitator's quota. What the check cannot judge
+    /// (smart-wallet signatures, other networks) goes to the facilitator
+    /// as before.
+    ///
+    /// It costs one signature recovery per payment (tens of microseconds),
+    /// which an in-process facilitator then reuses. Turn it off for a
+    /// facilitator that accepts payloads this check would refuse.
+    ///
+    /// ```
+    /// # use x402_core::{testing::StandIn, Engine};
+    /// let engine = Engine::builder(StandIn::new()).local_precheck(false).build()?;
+    /// # Ok::<(), x402_core::engine::ConfigError>(())
+    /// ```
+    pub fn local_precheck(mut self, enabled: bool) -> Self {
+        self.precheck = enabled;
+        self
+    }
+
     /// The public origin of the API, `scheme://host[:port]`
     /// (`https://api.example.com`): the challenge's `resource.url`, what the
     /// facilitator is sent and the discovery documents are built from it
@@ -190,13 +251,92 @@ impl EngineBuilder {
         self
     }
 
+    /// Replaces the per-network minimum prices (default:
+    /// [`PriceFloors::default()`]: $0.01 on Base, $0.02 on Arbitrum One,
+    /// $0.05 on Ethereum; none on testnets and other networks).
+    ///
+    /// [`build`](Self::build) fails with [`ConfigError::PriceBelowFloor`]
+    /// when a static offer, or a session offer, is priced under its
+    /// network's floor (for `upto`, the ceiling). A route priced per request
+    /// ([`Route::dynamic_pricing`](crate::Route::dynamic_pricing)) has its
+    /// offers under the floor left out of each challenge, with a warning in
+    /// the log; when none is left the request is refused with 500
+    /// `price_below_floor` and its handler does not run. Only prices in the
+    /// network's default stablecoin have a dollar value: see
+    /// [`PriceFloors`] for what is compared.
+    ///
+    /// ```
+    /// use x402_core::{floor::PriceFloors, testing::StandIn, Engine, Offer, Route};
+    ///
+    /// let pay_to = "0x209693Bc6afc0C5328bA36FaF03C514EF312287C";
+    /// let cheap = || Route::get("/cheap").offer(Offer::exact("eip155:8453", "$0.001", pay_to));
+    ///
+    /// // Under Base's default floor of $0.01: refused.
+    /// let error = Engine::builder(StandIn::new()).route(cheap()).build().unwrap_err();
+    /// assert!(error.to_string().contains("$0.01"), "{error}");
+    ///
+    /// // A lower floor for Base (or `PriceFloors::none()`): built.
+    /// let engine = Engine::builder(StandIn::new())
+    ///     .price_floors(PriceFloors::default().set("eip155:8453", "$0.0005"))
+    ///     .route(cheap())
+    ///     .build();
+    /// assert!(engine.is_ok());
+    /// ```
+    pub fn price_floors(mut self, floors: PriceFloors) -> Self {
+        self.price_floors = floors;
+        self
+    }
+
+    /// Limits, per client, the failed payment attempts and the unpaid
+    /// challenges the engine answers (default: none). A client over a
+    /// limit gets 429 `rate_limited` with `Retry-After`, before any hook
+    /// runs or the facilitator is asked; a client that pays is never
+    /// limited by its failures budget. See [`limit`](crate::limit) for what
+    /// is counted, how clients are told apart (the peer's address by
+    /// default; requests with no address known are not limited) and
+    /// proxies.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use x402_core::{limit::RateLimit, testing::StandIn, Engine, Offer, Route};
+    ///
+    /// let engine = Engine::builder(StandIn::new())
+    ///     .route(Route::get("/report").offer(Offer::exact(
+    ///         "eip155:84532",
+    ///         "$0.01",
+    ///         "0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
+    ///     )))
+    ///     .rate_limit(
+    ///         RateLimit::per_client()
+    ///             .failed_payments(10, Duration::from_secs(60))
+    ///             .challenges(120, Duration::from_secs(60)),
+    ///     )
+    ///     .build()?;
+    /// # let _ = engine;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn rate_limit(mut self, limit: crate::limit::RateLimit) -> Self {
+        self.rate_limit = Some(limit);
+        self
+    }
+
     /// Checks every route and builds the engine. Offers that need nothing
     /// from the facilitator are resolved and their challenges encoded now.
     pub fn build(self) -> Result<Engine, ConfigError> {
         let origin = self.origin?;
+        if let Some((network, source)) = self.price_floors.invalid() {
+            return Err(ConfigError::PriceFloor {
+                network: network.to_owned(),
+                source: source.clone(),
+            });
+        }
+        let limits = match self.rate_limit {
+            Some(limit) => crate::limit::Limits::new(limit).map_err(ConfigError::RateLimit)?,
+            None => None,
+        };
         let mut routes = Vec::with_capacity(self.routes.len());
         for route in self.routes {
-            routes.push(Arc::new(CompiledRoute::compile(route)?));
+            routes.push(Arc::new(CompiledRoute::compile(route, &self.price_floors)?));
         }
         let mut hooks: Vec<Arc<dyn PaymentHooks>> = Vec::with_capacity(self.hooks.len() + 1);
         if let Some(guard) = self.replay_guard {
@@ -219,7 +359,11 @@ impl EngineBuilder {
                 session_deadline: self.session_deadline,
                 session_open_deadline: self.session_open_deadline,
                 release_on_hang_up: self.release_on_hang_up,
+                precheck: self.precheck,
                 in_flight: drive::InFlight::default(),
+                observed: Default::default(),
+                limits,
+                price_floors: self.price_floors,
             }),
         })
     }
@@ -243,8 +387,11 @@ impl Engine {
             session_deadline: Duration::from_millis(250),
             session_open_deadline: Duration::from_secs(5),
             release_on_hang_up: false,
+            precheck: true,
             replay_guard: Some(ReplayGuard::memory()),
             origin: Ok(Origin::Unset),
+            price_floors: PriceFloors::default(),
+            rate_limit: None,
         }
     }
 }

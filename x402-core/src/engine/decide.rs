@@ -86,9 +86,7 @@ impl Engine {
 
         // A bazaar declaration is enriched per request, so it skips the
         // pre-encoded challenge.
-        let bazaar = resolved
-            .extensions
-            .contains_key(crate::discovery::bazaar::BAZAAR);
+        let bazaar = resolved.extensions.contains_key(crate::bazaar::BAZAAR);
         if header.is_none() && session_refusal.is_none() {
             let url = RequestUrl::of(&self.inner.origin, &request);
             if let Some(response) = ready_challenge(compiled, &resolved, &request, url) {
@@ -443,9 +441,25 @@ impl Engine {
                 }
             }
         }
+        if self.inner.precheck {
+            if let Err(refused) = precheck::precheck(request, crate::unix::now()) {
+                tracing::debug!(
+                    reason = refused.reason,
+                    message = %refused.message,
+                    "x402: payment refused before the facilitator"
+                );
+                let mut verdict = VerifyResponse::invalid(
+                    refused.reason,
+                    refused.payer.map(|p| p.to_checksum(None)),
+                );
+                verdict.invalid_message = Some(refused.message);
+                return Ok(verdict);
+            }
+        }
         let timer = crate::metrics::FacilitatorTimer::start();
         let answer = self.inner.facilitator.verify(request).await;
         timer.done("verify");
+        self.inner.observed.record(&answer);
         match answer {
             Ok(v) => Ok(v),
             Err(error) => {

@@ -13,9 +13,11 @@ use std::{
     time::Duration,
 };
 
+use http::StatusCode;
 use tokio::sync::Notify;
 
-use super::{CompiledRoute, Decision, Engine};
+use super::{response, CompiledRoute, Decision, Engine, EngineResponse, Refusal};
+use crate::limit::Held;
 use crate::route::{RequestView, SettlementTiming};
 
 /// The engine's first look at a request, from [`Engine::process`] (or
@@ -85,6 +87,9 @@ pub enum Now {
 pub struct Pending {
     engine: Engine,
     compiled: Arc<CompiledRoute>,
+    /// The unit of an abuse limit the request holds, given back once it is
+    /// decided unless the answer is a 402.
+    held: Option<Held>,
 }
 
 impl fmt::Debug for Pending {
@@ -107,12 +112,14 @@ impl<'a> Processing<'a> {
         engine: &Engine,
         compiled: &Arc<CompiledRoute>,
         request: RequestView<'a>,
+        held: Option<Held>,
     ) -> Self {
         Self {
             state: State::Pending(
                 Pending {
                     engine: engine.clone(),
                     compiled: compiled.clone(),
+                    held,
                 },
                 request,
             ),
@@ -147,7 +154,15 @@ impl Pending {
     /// and on routes that settle before their handler, settles. `request`
     /// must be the request [`Engine::process`] was given.
     pub async fn decide(self, request: RequestView<'_>) -> Decision {
-        match self.engine.process_route(&self.compiled, request).await {
+        let decision = self.engine.process_route(&self.compiled, request).await;
+        if let (Some(held), Some(limits)) = (self.held, &self.engine.inner.limits) {
+            let challenged = match &decision {
+                Decision::Respond(response) => response.status() == StatusCode::PAYMENT_REQUIRED,
+                Decision::Pass | Decision::Paid(_) => false,
+            };
+            limits.settle(held, challenged);
+        }
+        match decision {
             Decision::Paid(mut paid) if paid.timing() == SettlementTiming::BeforeHandler => {
                 match paid.settle_first().await {
                     Ok(()) => Decision::Paid(paid),
@@ -186,6 +201,18 @@ impl Drop for Tracked {
 }
 
 impl Engine {
+    /// Takes a unit of the abuse limit `request` draws on, if any (see
+    /// [`crate::limit`]); how long until there is one when its client has
+    /// none left ([`rate_limited`]). Nothing is hashed or locked when no
+    /// limit is configured.
+    #[inline]
+    pub(super) fn admit(&self, request: &RequestView<'_>) -> Result<Option<Held>, Duration> {
+        match &self.inner.limits {
+            None => Ok(None),
+            Some(limits) => limits.admit(request),
+        }
+    }
+
     /// Runs `work` on a task of its own, counted by [`drain`](Self::drain),
     /// and waits for it: dropping the caller does not stop it. `None` if the
     /// task failed (panicked, or its runtime shut down). Without a Tokio
@@ -260,4 +287,16 @@ impl Engine {
             }
         }
     }
+}
+
+/// The 429 for a client over its abuse limit on `compiled`.
+pub(super) fn rate_limited(compiled: &CompiledRoute, retry_after: Duration) -> EngineResponse {
+    let refusal = Refusal::RateLimited { retry_after };
+    tracing::debug!(
+        route = compiled.route.pattern(),
+        ?retry_after,
+        "x402: client over its abuse limit; refused"
+    );
+    crate::metrics::refusal(compiled.route.pattern(), &refusal);
+    response::refusal_response(&refusal, None, None, None)
 }

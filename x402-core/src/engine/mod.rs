@@ -78,14 +78,20 @@ use crate::{
 mod body;
 mod builder;
 mod decide;
+mod describe;
 mod drive;
 mod guard;
 mod matching;
 mod origin;
 mod paid;
+mod precheck;
+mod readiness;
 mod resolve;
 mod response;
 mod table;
+
+pub use self::describe::{PricingKind, RouteDescription, SessionDescription, Settlement};
+pub use crate::payment::{SessionCall, VerifiedPayment};
 
 pub use self::body::PaidBody;
 pub use self::builder::{ConfigError, EngineBuilder};
@@ -121,7 +127,15 @@ struct Inner {
     session_deadline: Duration,
     session_open_deadline: Duration,
     release_on_hang_up: bool,
+    /// [`EngineBuilder::local_precheck`].
+    precheck: bool,
     in_flight: drive::InFlight,
+    /// What payments' facilitator calls answered, for readiness.
+    observed: crate::readiness::Observed,
+    /// The per-client abuse limits ([`EngineBuilder::rate_limit`]).
+    limits: Option<crate::limit::Limits>,
+    /// The per-network minimum prices ([`EngineBuilder::price_floors`]).
+    price_floors: crate::floor::PriceFloors,
 }
 
 impl fmt::Debug for Engine {
@@ -149,116 +163,54 @@ pub enum Decision {
     Paid(Box<PaidRequest>),
 }
 
-/// The verified payment, put in the request's extensions for the handler.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct VerifiedPayment {
-    /// The payment's protocol version.
-    pub version: X402Version,
-    /// The scheme.
-    pub scheme: String,
-    /// The network as a CAIP-2 id.
-    pub network: String,
-    /// The payer's address, as the facilitator reported it.
-    pub payer: Option<String>,
-    /// The amount authorised (the price for `exact`, the ceiling for `upto`,
-    /// zero for a call redeemed from a prepaid session).
-    pub amount: AtomicAmount,
-    /// The asset.
-    pub asset: String,
-    /// The recipient.
-    pub pay_to: String,
-    /// The seller's requirement the payment matched (for a session call, the
-    /// first way the session was sold). Shared with the engine's route table.
-    pub requirements: Arc<v2::PaymentRequirements>,
-    /// The matched route's pattern.
-    pub route: String,
-    /// On `upto` routes, where the handler reports what the call cost.
-    pub meter: Option<Meter>,
-    /// Set when the call was redeemed from a prepaid session.
-    pub session: Option<SessionCall>,
-}
-
-/// A call redeemed from a prepaid session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SessionCall {
-    /// Calls left after this one.
-    pub remaining: u64,
-    /// The session's scope.
-    pub scope: String,
-}
-
 impl Engine {
     /// The facilitator.
     pub fn facilitator(&self) -> &Arc<dyn Facilitator> {
         &self.inner.facilitator
     }
 
-    /// A read-only description of every protected route, in matching order,
-    /// for [discovery](crate::discovery). Static offers are resolved as the
-    /// first paid request would resolve them (asking the facilitator's
-    /// `/supported` once if they need it); routes priced per request are
-    /// listed without offers.
-    pub async fn describe(&self) -> Vec<crate::discovery::RouteDescription> {
-        use crate::discovery::{PricingKind, RouteDescription, SessionDescription};
-        let (method, uri, headers) = (
-            http::Method::GET,
-            http::Uri::from_static("/"),
-            HeaderMap::new(),
-        );
+    /// Every offer with a fixed price, as declared (no I/O): those of the
+    /// route table's routes, then of [bound](Engine::bind) routes, each
+    /// route's own offers before its sessions'. Routes priced per request
+    /// ([`Route::dynamic_pricing`]) contribute only their sessions'. For
+    /// checks at start-up, such as the [Solana receiving
+    /// accounts](crate::svm#receiving-accounts) check.
+    pub fn static_offers(&self) -> Vec<Offer> {
+        let mut out = Vec::new();
+        for route in self.protected_routes() {
+            if let Pricing::Static(offers) = &route.pricing {
+                out.extend(offers.iter().cloned());
+            }
+            out.extend(route.sessions.iter().flat_map(|s| s.offers.iter().cloned()));
+        }
+        out
+    }
+
+    /// Every protected route (the table's, then the bound ones), for
+    /// [readiness](crate::readiness).
+    pub(crate) fn protected_routes(&self) -> Vec<Route> {
+        let compiled = self.compiled_routes();
+        compiled.iter().map(|c| c.route.clone()).collect()
+    }
+
+    /// The route table's compiled routes, then the bound ones.
+    fn compiled_routes(&self) -> Vec<Arc<CompiledRoute>> {
         let bound = self
             .inner
             .bound
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        let mut out = Vec::with_capacity(self.inner.routes.len() + bound.len());
-        for compiled in self.inner.routes.iter().chain(&bound) {
-            let route = &compiled.route;
-            let description = match &route.pricing {
-                Pricing::Dynamic(_) => {
-                    RouteDescription::new(route, PricingKind::Dynamic, Vec::new(), Vec::new())
-                }
-                // Static offers do not depend on the request.
-                Pricing::Static(_) => match self
-                    .offers(compiled, &RequestView::new(&method, &uri, &headers))
-                    .await
-                {
-                    Ok(Some(resolved)) => {
-                        let sessions = resolved
-                            .sessions
-                            .iter()
-                            .map(|s| SessionDescription {
-                                id: s.id.clone(),
-                                calls: s.calls,
-                                ttl_seconds: s.ttl.as_secs(),
-                                scope: s.scope.clone(),
-                                accepts: s
-                                    .accepts
-                                    .iter()
-                                    .map(|a| (*a.requirements).clone())
-                                    .collect(),
-                            })
-                            .collect();
-                        RouteDescription::new(
-                            route,
-                            PricingKind::Static,
-                            resolved.rows.clone(),
-                            sessions,
-                        )
-                    }
-                    _ => RouteDescription::new(
-                        route,
-                        PricingKind::Unavailable,
-                        Vec::new(),
-                        Vec::new(),
-                    ),
-                },
-            };
-            out.push(description);
-        }
-        out
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.inner
+            .routes
+            .iter()
+            .chain(bound.iter())
+            .cloned()
+            .collect()
+    }
+
+    /// What payments' facilitator calls answered, for readiness.
+    pub(crate) fn observed(&self) -> &crate::readiness::Observed {
+        &self.inner.observed
     }
 
     /// Whether a request falls under a protected route (no I/O). A request
@@ -296,7 +248,7 @@ impl Engine {
     /// replaces the earlier one in discovery; both keep protecting their
     /// handlers.
     pub fn bind(&self, route: Route) -> Result<BoundRoute, ConfigError> {
-        let compiled = Arc::new(CompiledRoute::compile(route)?);
+        let compiled = Arc::new(CompiledRoute::compile(route, &self.inner.price_floors)?);
         let mut bound = self
             .inner
             .bound
@@ -358,6 +310,7 @@ impl Engine {
                 let timer = crate::metrics::FacilitatorTimer::start();
                 let r = self.inner.facilitator.supported().await.map(Arc::new);
                 timer.done("supported");
+                self.inner.observed.record(&r);
                 r
             })
             .await
@@ -418,6 +371,7 @@ impl Engine {
                     );
                     return Err(Refusal::Internal);
                 }
+                let offers = above_floors(compiled, &self.inner.price_floors, offers)?;
                 let all: Vec<&Offer> = offers.iter().chain(session_offers).collect();
                 let supported = self.supported_for(&all).await?;
                 built(resolve_route(route, &offers, supported.as_deref())).map(Some)
@@ -492,9 +446,17 @@ impl Engine {
         compiled: &Arc<CompiledRoute>,
         request: RequestView<'a>,
     ) -> Processing<'a> {
+        let held = match self.admit(&request) {
+            Ok(held) => held,
+            Err(wait) => {
+                let limited = drive::rate_limited(compiled, wait);
+                return Processing::decided(Decision::Respond(limited));
+            }
+        };
         match self.challenge_now(compiled, &request) {
+            // A 402: a unit held for it stays taken.
             Some(response) => Processing::decided(Decision::Respond(response)),
-            None => Processing::pending(self, compiled, request),
+            None => Processing::pending(self, compiled, request, held),
         }
     }
 }

@@ -530,6 +530,7 @@ impl Settlement {
                 .instrument(span)
                 .await;
             timer.done("settle");
+            self.engine.inner.observed.record(&answer);
             match answer {
                 Ok(r) => Ok(r),
                 Err(error) => {

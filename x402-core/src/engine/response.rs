@@ -148,6 +148,13 @@ pub(crate) fn refusal_response(
             }
             r
         }
+        Refusal::RateLimited { retry_after } => {
+            let mut r = json_error(status, refusal.reason());
+            let secs = crate::limit::retry_after_secs(*retry_after);
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            r
+        }
         _ if !refusal.is_challenge() => json_error(status, refusal.reason()),
         _ => {
             let Some(encoded) = parts.and_then(|p| p.encode(refusal.reason(), payer)) else {

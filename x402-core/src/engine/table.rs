@@ -1,6 +1,7 @@
 //! The compiled route table: each route's resolved offers and its ready-made challenges.
 
 use super::*;
+use crate::floor::PriceFloors;
 
 pub(super) struct CompiledRoute {
     pub(super) route: Route,
@@ -12,15 +13,19 @@ pub(super) struct CompiledRoute {
     /// Set once a misplacement was logged for this route (a bound route
     /// served under another template, a request paid at another route).
     pub(super) mismatch_logged: std::sync::atomic::AtomicBool,
+    /// Set once a per-request price under its network's floor was logged
+    /// as a warning for this route (later ones are logged at debug level).
+    pub(super) floor_logged: std::sync::atomic::AtomicBool,
 }
 
 impl CompiledRoute {
     /// Checks a route and resolves what needs nothing from the facilitator.
-    pub(super) fn compile(route: Route) -> Result<Self, ConfigError> {
+    pub(super) fn compile(route: Route, floors: &PriceFloors) -> Result<Self, ConfigError> {
         if let Err(e) = &route.pattern {
             return Err(ConfigError::Pattern(e.clone()));
         }
         check_sessions(&route)?;
+        check_floors(&route, floors)?;
         let resolved = OnceCell::new();
         if let Pricing::Static(offers) = &route.pricing {
             if offers.is_empty() {
@@ -46,6 +51,7 @@ impl CompiledRoute {
             resolved,
             series,
             mismatch_logged: std::sync::atomic::AtomicBool::new(false),
+            floor_logged: std::sync::atomic::AtomicBool::new(false),
         })
     }
 }
@@ -233,7 +239,7 @@ pub(super) fn enrich_bazaar(
     request: &RequestView<'_>,
     extensions: &JsonObject,
 ) -> JsonObject {
-    use crate::discovery::bazaar;
+    use crate::bazaar;
     let mut out = extensions.clone();
     if let Some(declaration) = out.get_mut(bazaar::BAZAAR) {
         let params = route
@@ -276,9 +282,7 @@ pub(super) fn ready_challenge(
     if headers.contains_key(codec::PAYMENT_SIGNATURE)
         || headers.contains_key(codec::X_PAYMENT)
         || (resolved.scope().is_some() && headers.contains_key(X_PAYMENT_SESSION))
-        || resolved
-            .extensions
-            .contains_key(crate::discovery::bazaar::BAZAAR)
+        || resolved.extensions.contains_key(crate::bazaar::BAZAAR)
         || response::is_browser(headers)
     {
         return None;
@@ -352,3 +356,79 @@ pub(super) fn check_sessions(route: &Route) -> Result<(), ConfigError> {
     }
     Ok(())
 }
+
+/// Refuses static offers and session offers priced under their network's
+/// floor. A route priced per request has its offers checked per request
+/// ([`above_floors`]); its session offers are static, and checked here.
+pub(super) fn check_floors(route: &Route, floors: &PriceFloors) -> Result<(), ConfigError> {
+    let statics = match &route.pricing {
+        Pricing::Static(offers) => offers.as_slice(),
+        Pricing::Dynamic(_) => &[],
+    };
+    let sessions = route.sessions.iter().flat_map(|s| &s.offers);
+    for offer in statics.iter().chain(sessions) {
+        if let Err(below) = floors.check(offer) {
+            return Err(ConfigError::PriceBelowFloor {
+                route: route.pattern().to_owned(),
+                network: below.network,
+                price: below.price.to_string(),
+                floor: below.floor.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A dynamic price's offers without those under their network's floor, each
+/// logged (a warning the first time on a route, then at debug level: a
+/// client can ask as often as it likes). When none is left the request is
+/// refused, 500 `price_below_floor`, as a route whose offers cannot be built.
+pub(super) fn above_floors(
+    compiled: &CompiledRoute,
+    floors: &PriceFloors,
+    offers: Vec<Offer>,
+) -> Result<Vec<Offer>, Refusal> {
+    let route = compiled.route.pattern();
+    let mut kept = Vec::with_capacity(offers.len());
+    for offer in offers {
+        let Err(below) = floors.check(&offer) else {
+            kept.push(offer);
+            continue;
+        };
+        let (network, price, floor) = (below.network.as_str(), below.price, below.floor);
+        if compiled
+            .floor_logged
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::debug!(
+                route,
+                network,
+                price = %price,
+                floor = %floor,
+                reason = PRICE_BELOW_FLOOR,
+                "x402: a dynamic price is below its network's floor; the offer is left out"
+            );
+        } else {
+            tracing::warn!(
+                route,
+                network,
+                price = %price,
+                floor = %floor,
+                reason = PRICE_BELOW_FLOOR,
+                "x402: a dynamic price is below its network's floor; the offer is left out \
+                 (later ones on this route are logged at debug level)"
+            );
+        }
+    }
+    if kept.is_empty() {
+        return Err(Refusal::Forbidden {
+            status: http::StatusCode::INTERNAL_SERVER_ERROR,
+            reason: PRICE_BELOW_FLOOR.to_owned(),
+        });
+    }
+    Ok(kept)
+}
+
+/// The reason code of a request whose every dynamic offer is under its
+/// network's floor.
+const PRICE_BELOW_FLOOR: &str = "price_below_floor";

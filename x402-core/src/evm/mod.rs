@@ -43,8 +43,10 @@
 use alloy_primitives::{address, Address, Bytes};
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub(crate) mod check;
 mod eip3009;
 mod permit2;
+pub mod reason;
 mod signature;
 #[cfg(test)]
 mod test_signer;

@@ -1,26 +1,4 @@
-//! [`HttpFacilitator`]: a client for facilitators that speak the x402 HTTP API
-//! (`POST /verify`, `POST /settle`, `GET /supported`).
-//!
-//! Replies are read defensively (spec §4.2, pitfalls P6, P11, P12, P14):
-//!
-//! - A non-2xx reply can refuse but never approve: `{"isValid": true}` or
-//!   `{"success": true}` under an error status is an error
-//!   ([`FacilitatorError::Status`]), never a valid payment or a settlement.
-//! - `/verify` answers are judged by `isValid` and by the status. A non-2xx
-//!   reply whose body is an invalid verdict (`{"isValid": false, ...}`) is
-//!   that verdict, and a non-2xx reply `{"error": "<reason_code>: <text>"}` is
-//!   an invalid verdict with that reason when the status is a 4xx about the
-//!   request (not 401, 403, 404, 405, 407, 408 or 429) or the code starts with
-//!   `invalid_` (Go facilitators answer HTTP 500 for invalid signatures).
-//! - `/settle` answers with `success: false` are `Ok` (a refused
-//!   settlement); the settled `amount` is kept.
-//! - `/supported` is cached (see [`HttpFacilitatorBuilder::supported_ttl`])
-//!   and its `extra` values are kept stable across refreshes (see
-//!   [`HttpFacilitator::supported`](Facilitator::supported)).
-//!
-//! Errors never carry the facilitator's raw body except
-//! [`FacilitatorError::Status`]'s `message`, which is meant for logs and is cut
-//! to 200 characters.
+#![doc = include_str!("http/README.md")]
 
 use std::{
     collections::BTreeMap,
@@ -36,7 +14,7 @@ use reqwest::{Client, Url};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{Facilitator, FacilitatorError};
+use super::{Facilitator, FacilitatorError, FacilitatorHealth};
 use crate::proto::{
     FacilitatorRequest, JsonObject, SettleResponse, SupportedKind, SupportedResponse,
     VerifyResponse,
@@ -342,6 +320,12 @@ impl Facilitator for HttpFacilitator {
                 None => Err(error),
             },
         }
+    }
+
+    /// `GET /supported` now, past the cache: the cache is neither read nor
+    /// written (a failed probe never replaces the answer payments use).
+    async fn health(&self) -> FacilitatorHealth {
+        FacilitatorHealth::new(self.fetch_supported().await)
     }
 }
 

@@ -36,6 +36,7 @@
 
 use std::{error::Error as StdError, fmt, sync::Arc};
 
+use alloy_primitives::U256;
 use async_trait::async_trait;
 
 use crate::proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse};
@@ -74,6 +75,19 @@ pub trait Facilitator: Send + Sync + 'static {
     /// What the facilitator handles, with the `extra` values sellers copy into
     /// their requirements.
     async fn supported(&self) -> Result<SupportedResponse, FacilitatorError>;
+
+    /// A look at the facilitator now, for [readiness](crate::readiness):
+    /// its `/supported` answer, asked past any cache, and the wallets it
+    /// pays settlement gas from.
+    ///
+    /// The default answers [`supported`](Facilitator::supported) (cached or
+    /// not, as this facilitator caches it) and no wallets. Override it to
+    /// ask past a cache (without storing a failure in it, so a probe never
+    /// breaks payments) or to report gas; [`HttpFacilitator`],
+    /// [`FacilitatorRouter`] and the in-process `LocalFacilitator` do.
+    async fn health(&self) -> FacilitatorHealth {
+        FacilitatorHealth::new(self.supported().await)
+    }
 }
 
 #[async_trait]
@@ -95,6 +109,128 @@ impl<F: Facilitator + ?Sized> Facilitator for Arc<F> {
     async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
         (**self).supported().await
     }
+
+    async fn health(&self) -> FacilitatorHealth {
+        (**self).health().await
+    }
+}
+
+/// What [`Facilitator::health`] found: the facilitator's `/supported` answer
+/// (or why there is none) and the wallets it pays settlement gas from.
+///
+/// ```
+/// use x402_core::facilitator::{FacilitatorHealth, GasWallet};
+/// use x402_core::proto::SupportedResponse;
+///
+/// let health = FacilitatorHealth::new(Ok(SupportedResponse::default())).with_wallet(
+///     GasWallet::new(
+///         "eip155:84532",
+///         "0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
+///         Some(alloy_primitives::U256::from(10u64)),
+///         alloy_primitives::U256::from(1_000u64),
+///     ),
+/// );
+/// assert!(health.wallets[0].low_gas());
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct FacilitatorHealth {
+    /// The `/supported` answer, or the error that came instead.
+    pub supported: Result<SupportedResponse, FacilitatorError>,
+    /// The wallets that pay settlement gas (none for a hosted facilitator,
+    /// whose gas is its own business).
+    pub wallets: Vec<GasWallet>,
+}
+
+impl FacilitatorHealth {
+    /// A health report with this `/supported` answer and no wallets.
+    pub fn new(supported: Result<SupportedResponse, FacilitatorError>) -> Self {
+        Self {
+            supported,
+            wallets: Vec::new(),
+        }
+    }
+
+    /// With one more gas wallet.
+    #[must_use]
+    pub fn with_wallet(mut self, wallet: GasWallet) -> Self {
+        self.wallets.push(wallet);
+        self
+    }
+}
+
+/// A wallet that pays the gas of settlements on one network, with its
+/// balance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GasWallet {
+    /// The network, as a CAIP-2 id.
+    pub network: String,
+    /// The wallet's address.
+    pub address: String,
+    /// The native balance in wei (or the chain's smallest unit); `None` when
+    /// it could not be read.
+    pub balance: Option<U256>,
+    /// Below this balance the wallet counts as [low on gas](Self::low_gas).
+    pub low_gas_threshold: U256,
+}
+
+impl GasWallet {
+    /// A wallet on `network` at `address` holding `balance` (`None`: not
+    /// readable), low on gas under `low_gas_threshold`.
+    pub fn new(
+        network: impl Into<String>,
+        address: impl Into<String>,
+        balance: Option<U256>,
+        low_gas_threshold: U256,
+    ) -> Self {
+        Self {
+            network: network.into(),
+            address: address.into(),
+            balance,
+            low_gas_threshold,
+        }
+    }
+
+    /// Whether the balance is known and under the threshold.
+    pub fn low_gas(&self) -> bool {
+        self.balance.is_some_and(|b| b < self.low_gas_threshold)
+    }
+}
+
+impl FacilitatorError {
+    /// The kind of failure, without its details (which may carry a
+    /// facilitator's text): what [readiness](crate::readiness) reports.
+    pub fn kind(&self) -> FacilitatorErrorKind {
+        match self {
+            Self::Transport(_) => FacilitatorErrorKind::Transport,
+            Self::Timeout => FacilitatorErrorKind::Timeout,
+            Self::Status { .. } => FacilitatorErrorKind::Status,
+            Self::Malformed(_) => FacilitatorErrorKind::Malformed,
+            Self::Unrouted { .. } => FacilitatorErrorKind::Unrouted,
+            Self::Other(_) => FacilitatorErrorKind::Other,
+        }
+    }
+}
+
+/// What kind of [`FacilitatorError`] a call ended with; serialised in
+/// snake_case (`"timeout"`, `"status"`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FacilitatorErrorKind {
+    /// [`FacilitatorError::Transport`].
+    Transport,
+    /// [`FacilitatorError::Timeout`].
+    Timeout,
+    /// [`FacilitatorError::Status`].
+    Status,
+    /// [`FacilitatorError::Malformed`].
+    Malformed,
+    /// [`FacilitatorError::Unrouted`].
+    Unrouted,
+    /// [`FacilitatorError::Other`].
+    Other,
 }
 
 /// A facilitator gave no usable answer. Never shown to buyers: the engine

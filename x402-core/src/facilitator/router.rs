@@ -5,7 +5,7 @@ use std::{fmt, sync::Arc};
 
 use async_trait::async_trait;
 
-use super::{Facilitator, FacilitatorError};
+use super::{Facilitator, FacilitatorError, FacilitatorHealth, GasWallet};
 use crate::network::{caip2, pattern_matches, v1_name};
 use crate::proto::{
     FacilitatorRequest, SettleResponse, SupportedKind, SupportedResponse, VerifyResponse,
@@ -188,16 +188,59 @@ impl Facilitator for FacilitatorRouter {
     /// A facilitator that fails is logged and left out; if all fail, the
     /// first error is returned. With no facilitators, the answer is empty.
     async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
-        let entries = self
-            .routes
+        let mut answers = Vec::with_capacity(self.routes.len() + 1);
+        for facilitator in self.entries() {
+            answers.push(facilitator.supported().await);
+        }
+        self.merge(answers)
+    }
+
+    /// Each routed facilitator's health, asked one after the other (routes
+    /// in order, then the fallback): their `/supported` answers merged as
+    /// [`supported`](Facilitator::supported) merges them, and all their gas
+    /// wallets (each network and address once).
+    async fn health(&self) -> FacilitatorHealth {
+        let mut answers = Vec::with_capacity(self.routes.len() + 1);
+        let mut wallets: Vec<GasWallet> = Vec::new();
+        for facilitator in self.entries() {
+            let health = facilitator.health().await;
+            answers.push(health.supported);
+            for wallet in health.wallets {
+                let known = wallets
+                    .iter()
+                    .any(|w| w.network == wallet.network && w.address == wallet.address);
+                if !known {
+                    wallets.push(wallet);
+                }
+            }
+        }
+        FacilitatorHealth {
+            supported: self.merge(answers),
+            wallets,
+        }
+    }
+}
+
+impl FacilitatorRouter {
+    /// The routed facilitators: routes in order, then the fallback.
+    fn entries(&self) -> impl Iterator<Item = &Arc<dyn Facilitator>> {
+        self.routes
             .iter()
             .map(|route| &route.facilitator)
-            .chain(self.fallback.as_ref());
+            .chain(self.fallback.as_ref())
+    }
+
+    /// The `/supported` answers of the [entries](Self::entries), in their
+    /// order, merged (see [`supported`](Facilitator::supported)).
+    fn merge(
+        &self,
+        answers: Vec<Result<SupportedResponse, FacilitatorError>>,
+    ) -> Result<SupportedResponse, FacilitatorError> {
         let mut merged = SupportedResponse::default();
         let mut first_error = None;
         let mut answered = false;
-        for (index, facilitator) in entries.enumerate() {
-            let answer = match facilitator.supported().await {
+        for (index, answer) in answers.into_iter().enumerate() {
+            let answer = match answer {
                 Ok(answer) => answer,
                 Err(error) => {
                     tracing::warn!(facilitator = index, %error, "a routed facilitator's /supported failed");

@@ -767,6 +767,16 @@ impl Ledger for ChainLedger {
         };
         self.submit(request, expected, failure).await
     }
+
+    /// `eth_getBalance` of the signer (latest block).
+    async fn gas_balance(&self) -> Result<Option<U256>, LedgerError> {
+        let balance = self
+            .provider
+            .get_balance(self.signer)
+            .await
+            .map_err(backend)?;
+        Ok(Some(balance))
+    }
 }
 
 #[cfg(test)]

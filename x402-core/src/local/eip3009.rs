@@ -6,14 +6,13 @@
 //! the token address); the facilitator submits it, and the token moves
 //! exactly `value` from `from` to `to`, once per `nonce`.
 
-use alloy_primitives::{Address, U256};
+use alloy_primitives::Address;
 
 use super::{
-    ledger_error, reason, refuse, requirement_addresses, FacilitatorError, LocalFacilitator, Phase,
-    Refusal, Transfer,
+    ledger_error, reason, refuse, FacilitatorError, LocalFacilitator, Phase, Refusal, Transfer,
 };
 use crate::{
-    evm::{eip3009_domain, EvmPayload, EvmPayloadError, ExactEvmPayload, SignatureError},
+    evm::{check, EvmPayload, EvmPayloadError, ExactEvmPayload},
     proto::FacilitatorRequest,
 };
 
@@ -46,87 +45,23 @@ impl LocalFacilitator {
         parsed: Result<EvmPayload, EvmPayloadError>,
         (network, chain_id): (String, u64),
     ) -> Result<CheckedEip3009, Refusal> {
-        let requirements = &request.payment_requirements;
-        let extra = requirements.extra();
-        let (Some(name), Some(version)) = (
-            extra.get("name").and_then(|v| v.as_str()),
-            extra.get("version").and_then(|v| v.as_str()),
-        ) else {
-            return Err(refuse(
-                reason::MISSING_EIP712_DOMAIN,
-                "the requirement's extra has no EIP-712 name and version",
-                None,
-            ));
-        };
-        let (asset, pay_to) = requirement_addresses(requirements)?;
-
         let payload = match parsed {
-            Ok(EvmPayload::Eip3009(p)) => p,
-            Ok(_) => {
-                return Err(refuse(
-                    reason::UNSUPPORTED_PAYLOAD_TYPE,
-                    "only EIP-3009 payloads are supported",
-                    None,
-                ))
-            }
-            Err(e) => return Err(refuse(reason::PAYLOAD, e.to_string(), None)),
+            Ok(EvmPayload::Eip3009(p)) => Ok(p),
+            Ok(_) => Err(check::refused(
+                reason::UNSUPPORTED_PAYLOAD_TYPE,
+                "only EIP-3009 payloads are supported",
+                None,
+            )),
+            Err(e) => Err(check::refused(reason::PAYLOAD, e.to_string(), None)),
         };
-        let auth = &payload.authorization;
-        let payer = Some(auth.from);
-
-        let domain = eip3009_domain(name, version, chain_id, asset);
-        let digest = auth.signing_hash(&domain);
-        match self.recovered.recover(digest, &payload.signature) {
-            Ok(signer) if signer == auth.from => {}
-            Ok(_) => {
-                return Err(refuse(
-                    reason::SIGNATURE,
-                    "the signature does not recover authorization.from",
-                    payer,
-                ))
-            }
-            Err(e @ SignatureError::UnsupportedLength { .. }) => {
-                return Err(refuse(
-                    reason::UNDEPLOYED_SMART_WALLET,
-                    e.to_string(),
-                    payer,
-                ))
-            }
-            Err(e) => return Err(refuse(reason::SIGNATURE, e.to_string(), payer)),
-        }
-        if auth.to != pay_to {
-            return Err(refuse(
-                reason::RECIPIENT_MISMATCH,
-                "authorization.to is not the requirement's payTo",
-                payer,
-            ));
-        }
-        let now = self.clock.now();
-        if auth.valid_before < U256::from(now).saturating_add(U256::from(self.margin)) {
-            return Err(refuse(
-                reason::VALID_BEFORE,
-                format!("the authorization expires before now + {} s", self.margin),
-                payer,
-            ));
-        }
-        if auth.valid_after > U256::from(now) {
-            return Err(refuse(
-                reason::VALID_AFTER,
-                "the authorization is not valid yet",
-                payer,
-            ));
-        }
-        if auth.value != requirements.amount() {
-            return Err(refuse(
-                reason::VALUE,
-                format!(
-                    "authorization.value {} is not the required amount {}",
-                    auth.value,
-                    requirements.amount()
-                ),
-                payer,
-            ));
-        }
+        let asset = check::eip3009(
+            &request.payment_requirements,
+            payload.as_ref().map_err(Clone::clone),
+            chain_id,
+            self.checks(),
+        )?;
+        // Parsed: the check above refuses a payload that is not.
+        let payload = payload?;
         Ok(CheckedEip3009 {
             network,
             chain_id,

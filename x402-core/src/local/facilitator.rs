@@ -24,6 +24,7 @@ pub struct LocalFacilitatorBuilder {
     pub(super) networks: Vec<String>,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) margin: Duration,
+    pub(super) low_gas_threshold: U256,
 }
 
 impl fmt::Debug for LocalFacilitatorBuilder {
@@ -33,9 +34,16 @@ impl fmt::Debug for LocalFacilitatorBuilder {
             .field("networks", &self.networks)
             .field("clock", &self.clock)
             .field("margin", &self.margin)
+            .field("low_gas_threshold", &self.low_gas_threshold)
             .finish()
     }
 }
+
+/// The default balance under which the settlement wallet counts as low on
+/// gas ([`LocalFacilitatorBuilder::low_gas_threshold`]): 0.001 of the native
+/// coin (10^15 wei), a few thousand settlements on an L2 such as Base, and
+/// less than one on Ethereum mainnet at busy times.
+pub const DEFAULT_LOW_GAS_THRESHOLD: U256 = U256::from_limbs([1_000_000_000_000_000, 0, 0, 0]);
 
 impl LocalFacilitatorBuilder {
     /// Adds a network to serve: a CAIP-2 id (`eip155:84532`) or a v1 name
@@ -68,6 +76,17 @@ impl LocalFacilitatorBuilder {
         self
     }
 
+    /// Sets the native balance (in wei) of the settlement wallet under which
+    /// [`health`](Facilitator::health) reports it low on gas, and
+    /// [readiness](crate::readiness) not ready (default
+    /// [`DEFAULT_LOW_GAS_THRESHOLD`], 0.001 of the native coin). Pick it
+    /// from what a settlement costs on your chain times how many you want
+    /// warning of.
+    pub fn low_gas_threshold(mut self, wei: U256) -> Self {
+        self.low_gas_threshold = wei;
+        self
+    }
+
     /// Checks the networks with the ledger and builds the facilitator.
     pub fn build(self) -> Result<LocalFacilitator, LocalConfigError> {
         if self.networks.is_empty() {
@@ -86,7 +105,7 @@ impl LocalFacilitatorBuilder {
             networks,
             clock: self.clock,
             margin: self.margin.as_secs(),
-            recovered: Arc::new(RecoveredSigners::default()),
+            low_gas_threshold: self.low_gas_threshold,
         })
     }
 }
@@ -127,45 +146,7 @@ pub struct LocalFacilitator {
     pub(super) networks: BTreeMap<String, u64>,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) margin: u64,
-    pub(super) recovered: Arc<RecoveredSigners>,
-}
-
-/// Signers recovered recently, so that settling a payment does not repeat
-/// the elliptic-curve recovery its verification just did. Recovery is a pure
-/// function of the digest and the signature, so a remembered answer is
-/// always the right one; every other check (window, nonce, balance) still
-/// runs again at settlement.
-#[derive(Debug, Default)]
-pub(super) struct RecoveredSigners(std::sync::Mutex<std::collections::HashMap<B256, Address>>);
-
-impl RecoveredSigners {
-    /// Bound on remembered signers; past it the memory starts over.
-    const CAPACITY: usize = 4096;
-
-    pub(super) fn recover(
-        &self,
-        digest: B256,
-        signature: &[u8],
-    ) -> Result<Address, SignatureError> {
-        let key = alloy_primitives::keccak256([digest.as_slice(), signature].concat());
-        // The map holds plain values: a panic elsewhere cannot leave an entry
-        // half-written, so a poisoned lock is still sound to use.
-        let lock = || {
-            self.0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-        };
-        if let Some(signer) = lock().get(&key) {
-            return Ok(*signer);
-        }
-        let signer = crate::evm::recover_signer(digest, signature)?;
-        let mut map = lock();
-        if map.len() >= Self::CAPACITY {
-            map.clear();
-        }
-        map.insert(key, signer);
-        Ok(signer)
-    }
+    pub(super) low_gas_threshold: U256,
 }
 
 impl fmt::Debug for LocalFacilitator {
@@ -175,6 +156,7 @@ impl fmt::Debug for LocalFacilitator {
             .field("networks", &self.networks)
             .field("clock", &self.clock)
             .field("margin", &self.margin)
+            .field("low_gas_threshold", &self.low_gas_threshold)
             .finish()
     }
 }
@@ -209,20 +191,9 @@ pub(super) struct Refusal {
     pub(super) payer: Option<String>,
 }
 
-/// The requirement's asset and recipient as EVM addresses.
-pub(super) fn requirement_addresses(
-    requirements: &crate::proto::PaymentRequirements,
-) -> Result<(Address, Address), Refusal> {
-    match (
-        requirements.asset().parse::<Address>(),
-        requirements.pay_to().parse::<Address>(),
-    ) {
-        (Ok(asset), Ok(pay_to)) => Ok((asset, pay_to)),
-        _ => Err(refuse(
-            reason::INVALID_REQUIREMENTS,
-            "the requirement's asset and payTo must be EVM addresses",
-            None,
-        )),
+impl From<check::Refused> for Refusal {
+    fn from(refused: check::Refused) -> Self {
+        refuse(refused.reason, refused.message, refused.payer)
     }
 }
 
@@ -336,6 +307,7 @@ impl LocalFacilitator {
             networks: Vec::new(),
             clock: Arc::new(SystemClock),
             margin: DEFAULT_VALID_BEFORE_MARGIN,
+            low_gas_threshold: DEFAULT_LOW_GAS_THRESHOLD,
         }
     }
 
@@ -391,6 +363,15 @@ impl LocalFacilitator {
 
         self.check_eip3009_offline(request, parsed, (network, chain_id))
             .map(Checked::Eip3009)
+    }
+
+    /// The checks of a payment that need no ledger, as of now.
+    pub(super) fn checks(&self) -> check::Checks {
+        check::Checks {
+            now: self.clock.now(),
+            margin: self.margin,
+            smart_wallets: check::SmartWallets::Refuse,
+        }
     }
 
     /// The requirement's network as `(CAIP-2 id, chain id)`, after checking
@@ -590,6 +571,36 @@ impl Facilitator for LocalFacilitator {
             kinds,
             extensions: Vec::new(),
             signers,
+        })
+    }
+
+    /// `/supported` (computed, no I/O) and, when the ledger pays gas
+    /// ([`Ledger::gas_balance`]), its signer's balance on each network
+    /// served, low under the
+    /// [threshold](LocalFacilitatorBuilder::low_gas_threshold). A balance
+    /// that cannot be read is reported as unknown (and logged).
+    async fn health(&self) -> crate::facilitator::FacilitatorHealth {
+        let health = crate::facilitator::FacilitatorHealth::new(self.supported().await);
+        let balance = match self.ledger.gas_balance().await {
+            Ok(None) => return health,
+            Ok(Some(balance)) => Some(balance),
+            Err(error) => {
+                tracing::warn!(
+                    error = %error,
+                    detail = %error_chain(&error),
+                    "x402: the settlement wallet's gas balance cannot be read"
+                );
+                None
+            }
+        };
+        let address = self.ledger.signer().to_checksum(None);
+        self.networks.keys().fold(health, |health, network| {
+            health.with_wallet(crate::facilitator::GasWallet::new(
+                network.clone(),
+                address.clone(),
+                balance,
+                self.low_gas_threshold,
+            ))
         })
     }
 }

@@ -207,6 +207,14 @@ pub trait Ledger: Send + Sync + fmt::Debug + 'static {
         let _ = transfer;
         Err(LedgerError::Unsupported("Permit2"))
     }
+
+    /// The native balance (in wei) of the [signer](Ledger::signer), which
+    /// pays the gas of settlements: `None` when the ledger pays no gas (the
+    /// default, and the [`DevLedger`]). Read by
+    /// [readiness](crate::readiness) probes, never on a payment's path.
+    async fn gas_balance(&self) -> Result<Option<U256>, LedgerError> {
+        Ok(None)
+    }
 }
 
 #[async_trait]
@@ -254,5 +262,9 @@ impl<L: Ledger + ?Sized> Ledger for Arc<L> {
         transfer: &Permit2Transfer<'_>,
     ) -> Result<TransferOutcome, LedgerError> {
         (**self).permit2_transfer(transfer).await
+    }
+
+    async fn gas_balance(&self) -> Result<Option<U256>, LedgerError> {
+        (**self).gas_balance().await
     }
 }

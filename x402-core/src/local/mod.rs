@@ -11,7 +11,7 @@ use alloy_primitives::{Address, B256, U256};
 use async_trait::async_trait;
 
 use crate::{
-    evm::{EvmPayload, ExactEvmPayload, SignatureError},
+    evm::{check, EvmPayload, ExactEvmPayload},
     facilitator::{Facilitator, FacilitatorError, OtherError},
     money::AtomicAmount,
     network,
@@ -40,7 +40,7 @@ pub use self::permit2::Permit2Transfer;
 mod clock;
 mod facilitator;
 mod ledger;
-pub mod reason;
+pub use crate::evm::reason;
 
 pub use self::clock::*;
 pub use self::facilitator::*;

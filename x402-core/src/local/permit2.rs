@@ -12,13 +12,11 @@
 
 use alloy_primitives::{Address, U256};
 
-use super::{
-    reason, refuse, requirement_addresses, short, FacilitatorError, LocalFacilitator, Phase,
-    Refusal,
-};
+use super::{reason, refuse, short, FacilitatorError, LocalFacilitator, Phase, Refusal};
+pub(super) use crate::evm::check::Permit2Kind;
 use crate::{
-    evm::{EvmPayload, Permit2Payload, SignatureError, EXACT_PERMIT2_PROXY, UPTO_PERMIT2_PROXY},
-    proto::{FacilitatorRequest, PaymentPayload, X402Version},
+    evm::{check, EvmPayload, Permit2Payload},
+    proto::{FacilitatorRequest, X402Version},
 };
 
 /// The `upto` scheme's name.
@@ -72,33 +70,10 @@ impl Permit2Transfer<'_> {
         self.payload.permit2_authorization.witness.facilitator
     }
 
-    /// Whether this is an `upto` transfer (through [`UPTO_PERMIT2_PROXY`]).
+    /// Whether this is an `upto` transfer (through
+    /// [`UPTO_PERMIT2_PROXY`](crate::evm::UPTO_PERMIT2_PROXY)).
     pub fn is_upto(&self) -> bool {
         self.facilitator().is_some()
-    }
-}
-
-/// Which x402 proxy a Permit2 payment goes through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Permit2Kind {
-    Exact,
-    Upto,
-}
-
-impl Permit2Kind {
-    fn proxy(self) -> Address {
-        match self {
-            Self::Exact => EXACT_PERMIT2_PROXY,
-            Self::Upto => UPTO_PERMIT2_PROXY,
-        }
-    }
-
-    /// The reason code of a malformed payload.
-    fn payload_reason(self) -> &'static str {
-        match self {
-            Self::Exact => reason::PAYLOAD,
-            Self::Upto => reason::UPTO_PAYLOAD,
-        }
     }
 }
 
@@ -168,7 +143,6 @@ impl LocalFacilitator {
         (network, chain_id): (String, u64),
         phase: Phase,
     ) -> Result<CheckedPermit2, Refusal> {
-        let requirements = &request.payment_requirements;
         if request.version() != X402Version::V2 || !self.ledger.supports_permit2() {
             return Err(refuse(
                 reason::UNSUPPORTED_PAYLOAD_TYPE,
@@ -176,141 +150,20 @@ impl LocalFacilitator {
                 None,
             ));
         }
-        let (asset, pay_to) = requirement_addresses(requirements)?;
-        let auth = &payload.permit2_authorization;
-        let payer = Some(auth.from);
-        match (kind, auth.witness.facilitator) {
-            (Permit2Kind::Exact, None) | (Permit2Kind::Upto, Some(_)) => {}
-            (Permit2Kind::Exact, Some(_)) => {
-                return Err(refuse(
-                    kind.payload_reason(),
-                    "an exact Permit2 witness names no facilitator",
-                    payer,
-                ))
-            }
-            (Permit2Kind::Upto, None) => {
-                return Err(refuse(
-                    kind.payload_reason(),
-                    "an upto Permit2 witness must name the facilitator",
-                    payer,
-                ))
-            }
-        }
-        if auth.spender != kind.proxy() {
-            return Err(refuse(
-                reason::PERMIT2_SPENDER,
-                format!(
-                    "the spender must be the x402 proxy {}",
-                    kind.proxy().to_checksum(None)
-                ),
-                payer,
-            ));
-        }
-        if auth.witness.to != pay_to {
-            return Err(refuse(
-                reason::PERMIT2_RECIPIENT_MISMATCH,
-                "witness.to is not the requirement's payTo",
-                payer,
-            ));
-        }
-        if let Some(facilitator) = auth.witness.facilitator {
-            if facilitator != self.ledger.signer() {
-                return Err(refuse(
-                    reason::UPTO_FACILITATOR_MISMATCH,
-                    format!(
-                        "witness.facilitator is not this facilitator ({})",
-                        self.ledger.signer().to_checksum(None)
-                    ),
-                    payer,
-                ));
-            }
-        }
-        let now = self.clock.now();
-        if auth.deadline < U256::from(now).saturating_add(U256::from(self.margin)) {
-            return Err(refuse(
-                reason::PERMIT2_DEADLINE_EXPIRED,
-                format!("the permit's deadline is before now + {} s", self.margin),
-                payer,
-            ));
-        }
-        if auth.witness.valid_after > U256::from(now) {
-            return Err(refuse(
-                reason::PERMIT2_NOT_YET_VALID,
-                "the permit is not valid yet (witness.validAfter)",
-                payer,
-            ));
-        }
-        let permitted = auth.permitted.amount.get();
-        let required = requirements.amount().get();
-        match (kind, phase) {
-            // At settle time an `upto` requirement's amount is the charge;
-            // the ceiling is the one the payment accepted.
-            (Permit2Kind::Upto, Phase::Settle) => {
-                if required > permitted {
-                    return Err(refuse(
-                        reason::UPTO_SETTLEMENT_EXCEEDS_AMOUNT,
-                        format!("the charge {required} is above permitted.amount {permitted}"),
-                        payer,
-                    ));
-                }
-                let ceiling = match &request.payment_payload {
-                    PaymentPayload::V2(p) => p.accepted.amount.get(),
-                    PaymentPayload::V1(_) => permitted,
-                };
-                if permitted != ceiling {
-                    return Err(refuse(
-                        reason::PERMIT2_AMOUNT_MISMATCH,
-                        format!(
-                            "permitted.amount {permitted} is not the accepted ceiling {ceiling}"
-                        ),
-                        payer,
-                    ));
-                }
-            }
-            // Otherwise it is the price or the ceiling, signed exactly.
-            _ => {
-                if required != permitted {
-                    return Err(refuse(
-                        reason::PERMIT2_AMOUNT_MISMATCH,
-                        format!(
-                            "permitted.amount {permitted} is not the required amount {required}"
-                        ),
-                        payer,
-                    ));
-                }
-            }
-        }
-        if auth.permitted.token != asset {
-            return Err(refuse(
-                reason::PERMIT2_TOKEN_MISMATCH,
-                "permitted.token is not the requirement's asset",
-                payer,
-            ));
-        }
-        let digest = auth.signing_hash(chain_id);
-        match self.recovered.recover(digest, &payload.signature) {
-            Ok(signer) if signer == auth.from => {}
-            Ok(_) => {
-                return Err(refuse(
-                    reason::PERMIT2_SIGNATURE,
-                    "the signature does not recover permit2Authorization.from",
-                    payer,
-                ))
-            }
-            Err(e @ SignatureError::UnsupportedLength { .. }) => {
-                return Err(refuse(
-                    reason::PERMIT2_SIGNATURE,
-                    format!("{e} (smart-wallet signatures are not supported)"),
-                    payer,
-                ))
-            }
-            Err(e) => return Err(refuse(reason::PERMIT2_SIGNATURE, e.to_string(), payer)),
-        }
+        let amount = check::permit2(
+            request,
+            kind,
+            &payload,
+            chain_id,
+            self.checks(),
+            phase == Phase::Settle,
+            Some(self.ledger.signer()),
+        )?;
         Ok(CheckedPermit2 {
             network,
             chain_id,
             payload,
-            amount: required,
+            amount,
         })
     }
 

@@ -1,5 +1,7 @@
 //! The parts of a request the engine reads.
 
+use std::net::IpAddr;
+
 use http::{HeaderMap, Method, Uri};
 
 /// The parts of a request the engine reads. Built by adapters; cheap to
@@ -23,7 +25,11 @@ pub struct RequestView<'a> {
     /// The payment an outer paywall already verified for this request
     /// (found in its extensions): the request passes, since one request
     /// pays once, however many paywalls it crosses.
-    pub paid_upstream: Option<&'a crate::VerifiedPayment>,
+    pub paid_upstream: Option<&'a crate::payment::VerifiedPayment>,
+    /// The IP address of the peer that sent the request (the TCP
+    /// connection's remote end: a reverse proxy's, behind one), when the
+    /// adapter knows it. [Abuse limits](crate::limit) key clients by it.
+    pub peer: Option<IpAddr>,
 }
 
 impl<'a> RequestView<'a> {
@@ -35,6 +41,7 @@ impl<'a> RequestView<'a> {
             headers,
             route_template: None,
             paid_upstream: None,
+            peer: None,
         }
     }
 
@@ -47,8 +54,16 @@ impl<'a> RequestView<'a> {
 
     /// Sets the payment an outer paywall verified for this request.
     #[must_use]
-    pub fn paid_upstream(mut self, payment: Option<&'a crate::VerifiedPayment>) -> Self {
+    pub fn paid_upstream(mut self, payment: Option<&'a crate::payment::VerifiedPayment>) -> Self {
         self.paid_upstream = payment;
+        self
+    }
+
+    /// Sets the IP address of the peer that sent the request (actix-web's
+    /// `peer_addr()`, axum's `ConnectInfo<SocketAddr>`).
+    #[must_use]
+    pub fn peer(mut self, peer: Option<IpAddr>) -> Self {
+        self.peer = peer;
         self
     }
 

@@ -3,37 +3,7 @@
 
 use super::*;
 
-/// `scheme://host[:port]` of a URL, without path, query or credentials.
-pub(in crate::local) fn redact(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let host = host.rsplit('@').next().unwrap_or("");
-    format!("{scheme}://{host}")
-}
-
-/// `text` with every URL in it (`scheme://` up to a space, quote, bracket or
-/// comma) cut down by [`redact`].
-pub(super) fn redact_urls(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find("://") {
-        // The scheme's characters are ASCII, so their count is their length.
-        let scheme = rest[..at]
-            .chars()
-            .rev()
-            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-            .count();
-        let start = at - scheme;
-        let end = rest[at..]
-            .find(|c: char| c.is_whitespace() || "\"'()<>[]{},".contains(c))
-            .map_or(rest.len(), |i| at + i);
-        out.push_str(&rest[..start]);
-        out.push_str(&redact(&rest[start..end]));
-        rest = &rest[end..];
-    }
-    out.push_str(rest);
-    out
-}
+pub(in crate::local) use crate::redact::{url as redact, urls_in as redact_urls};
 
 /// A node's error as text, its sources included, with every URL cut to
 /// `scheme://host[:port]`: node URLs often carry an API key in their path or

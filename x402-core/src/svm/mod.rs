@@ -1,5 +1,10 @@
 //! Solana (SVM) payments: the `payload` of an `exact` payment on a `solana:*`
-//! network and the key that replay protection claims for it.
+//! network and the key that replay protection claims for it; Solana
+//! addresses, program derived addresses and associated token accounts; and
+//! (feature `svm-rpc`) a start-up check that every Solana offer's `payTo`
+//! can receive its payments.
+//!
+//! # Claim keys
 //!
 //! The client sends a base64 serialised versioned transaction that it has
 //! signed as the token owner, with the fee payer's signature slot left for the
@@ -29,10 +34,87 @@
 //! );
 //! # Ok::<(), x402_core::svm::SvmError>(())
 //! ```
+//!
+//! # Associated token accounts
+//!
+//! An `exact` payment is an SPL transfer into the associated token account
+//! (ATA) of the offer's `payTo` for its mint: the [program derived
+//! address](find_program_address) of `[payTo, token program, mint]` under
+//! the associated token account program. [`associated_token_address`]
+//! derives it, for the SPL Token program (USDC's) or Token-2022, without
+//! any Solana dependency:
+//!
+//! ```
+//! use x402_core::svm::{associated_token_address, Pubkey, TokenProgram};
+//!
+//! let wallet: Pubkey = "AAAGuCgkmxYDTiBvzx1QT5XEjqXPRtQaiEXQo4gatD2o".parse()?;
+//! let usdc: Pubkey = "EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v".parse()?;
+//! let ata = associated_token_address(&wallet, &usdc, TokenProgram::Token);
+//! assert_eq!(ata.to_string(), "Cra8woRQhnHsGAmFWcCN1m7A9J44ykNfGpehi6dMBuKR");
+//! assert!(!ata.is_on_curve() && wallet.is_on_curve());
+//! # Ok::<(), x402_core::svm::AddressError>(())
+//! ```
+//!
+//! # Receiving accounts
+//!
+//! A wallet that has never held the mint has no such account, and then
+//! every payment to it fails at simulation with an error that looks like
+//! the client's fault (upstream facilitators say
+//! `invalid_exact_svm_payload_receiver_ata_not_found`). With the feature
+//! `svm-rpc`, [`ReceivingAccounts`] checks, before the server takes
+//! payments, each distinct `(network, payTo, mint)` of an engine's Solana
+//! offers ([`Engine::static_offers`](crate::Engine::static_offers)) against
+//! a JSON-RPC node: the node's genesis hash must be the offer's network's
+//! (a devnet node cannot vouch for mainnet), the mint must exist and be
+//! owned by a token program (which picks the derivation), and its ATA must
+//! exist, be a token account of `payTo` for the mint, and not be frozen. A
+//! `payTo` that is itself a token account (the classic mix-up of the ATA for
+//! the wallet) is named as such. Each problem names the network, `payTo`,
+//! mint, token program and the derived address; [`CheckMode::Refuse`] (the
+//! default) returns them as an error for the caller to propagate,
+//! [`CheckMode::Warn`] logs each and carries on. A check that cannot run
+//! (the node down, slow past its deadline or answering nonsense) is its
+//! own error, in either mode. The RPC URL often carries an API key: it is
+//! never logged or shown beyond `scheme://host[:port]`.
+//!
+//! ```no_run
+//! # #[cfg(feature = "svm-rpc")]
+//! # async fn start(engine: x402_core::Engine) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use x402_core::svm::{CheckMode, ReceivingAccounts};
+//!
+//! // Refuse to start while a Solana offer's payTo cannot receive.
+//! ReceivingAccounts::new(std::env::var("SOLANA_RPC_URL")?)
+//!     .mode(CheckMode::Refuse)
+//!     .timeout(Duration::from_secs(5))
+//!     .check(&engine.static_offers())
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Routes priced per request have no offers to check before a request
+//! comes; their sessions' offers are checked.
 
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
+
+mod address;
+mod base58;
+#[cfg(feature = "svm-rpc")]
+mod receiving;
+
+pub use self::address::{
+    associated_token_address, create_program_address, find_program_address, AddressError, PdaError,
+    Pubkey, TokenProgram, ASSOCIATED_TOKEN_PROGRAM_ID, MAX_SEEDS, MAX_SEED_LEN,
+    TOKEN_2022_PROGRAM_ID, TOKEN_PROGRAM_ID,
+};
+#[cfg(feature = "svm-rpc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "svm-rpc")))]
+pub use self::receiving::{
+    check_receiving_accounts, CheckMode, ReceivingAccountError, ReceivingAccountProblem,
+    ReceivingAccounts, DEFAULT_RPC_TIMEOUT,
+};
 
 /// The largest decoded transaction accepted, in bytes. Solana's own limit is
 /// 1232 bytes (a network packet), so this leaves headroom without letting a

@@ -490,7 +490,7 @@ impl crate::route::Route {
     /// [`Bazaar`]: `extensions["bazaar"] = {info,
     /// schema}`, with the route's method. The engine enriches it for each
     /// request (method, `routeTemplate`, `pathParams`); see
-    /// [`discovery::bazaar`](crate::discovery::bazaar).
+    /// [`bazaar`](crate::bazaar).
     #[must_use]
     pub fn bazaar(self, bazaar: Bazaar) -> Self {
         let bazaar = match &self.method {

@@ -1,5 +1,7 @@
-//! The reason codes this facilitator answers with (`invalidReason` /
-//! `errorReason`).
+//! The reason codes of the EVM checks (`invalidReason` / `errorReason`):
+//! those the in-process facilitator answers with, and those the engine's
+//! pre-check refuses a payment with before any facilitator call. Also at
+//! `x402_core::local::reason`.
 
 /// A scheme other than `exact` on either side.
 pub const SCHEME: &str = "invalid_exact_evm_scheme";

@@ -1,0 +1,88 @@
+//! The engine's own check of an EVM payment before any facilitator call
+//! ([`EngineBuilder::local_precheck`]): a payload whose signature does not
+//! recover its payer, whose window has closed, or whose amount or recipient
+//! is not the requirement's is refused here, and costs the facilitator
+//! nothing.
+//!
+//! Only what the check can judge is refused: a payment it cannot evaluate
+//! (a network that is not EVM, a smart-wallet signature, a payload or
+//! requirement it does not read) goes to the facilitator as before.
+
+use alloy_primitives::Address;
+
+use crate::{
+    evm::{
+        check::{self, Checks, Permit2Kind, Refused, SmartWallets},
+        reason, EvmPayload,
+    },
+    network,
+    proto::FacilitatorRequest,
+};
+
+/// How long before its end a payment is refused: the facilitators' margin
+/// (the TypeScript facilitator's and the in-process one's default), so
+/// that what passes here is not refused there for its time.
+pub(crate) const MARGIN_SECS: u64 = 6;
+
+/// `Err` when the payment is certainly invalid; `Ok` when it passed or the
+/// check cannot tell.
+pub(super) fn precheck(request: &FacilitatorRequest, now: u64) -> Result<(), Refused> {
+    let requirements = &request.payment_requirements;
+    let network = requirements.network();
+    let caip2 = if network.contains(':') {
+        Some(network)
+    } else {
+        network::caip2(network)
+    };
+    let Some(chain_id) = caip2.and_then(network::evm_chain_id) else {
+        return Ok(());
+    };
+    let Ok(payload) = EvmPayload::from_value(request.payment_payload.payload()) else {
+        return Ok(());
+    };
+    let checks = Checks {
+        now,
+        margin: MARGIN_SECS,
+        smart_wallets: SmartWallets::Defer,
+    };
+    let verdict = match (requirements.scheme(), &payload) {
+        ("exact", EvmPayload::Eip3009(p)) => {
+            check::eip3009(requirements, Ok(p), chain_id, checks).map(drop)
+        }
+        ("exact", EvmPayload::Permit2(p)) => check::permit2(
+            request,
+            Permit2Kind::Exact,
+            p,
+            chain_id,
+            checks,
+            false,
+            None,
+        )
+        .map(drop),
+        ("upto", EvmPayload::Permit2(p)) => {
+            // The facilitator the seller's requirement names, when it does.
+            let facilitator = requirements
+                .extra()
+                .get("facilitatorAddress")
+                .and_then(|v| v.as_str())
+                .and_then(|a| a.parse::<Address>().ok());
+            check::permit2(
+                request,
+                Permit2Kind::Upto,
+                p,
+                chain_id,
+                checks,
+                false,
+                facilitator,
+            )
+            .map(drop)
+        }
+        _ => Ok(()),
+    };
+    match verdict {
+        // What the check cannot read is the facilitator's to judge.
+        Err(r) if r.reason == reason::MISSING_EIP712_DOMAIN => Ok(()),
+        Err(r) if r.reason == reason::INVALID_REQUIREMENTS => Ok(()),
+        other => other,
+    }
+}

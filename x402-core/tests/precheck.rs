@@ -1,0 +1,256 @@
+//! The engine's pre-check (`EngineBuilder::local_precheck`): EVM payments
+//! that cannot be valid are refused before any facilitator call.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::{
+    atomic::{AtomicUsize, Ordering},
+    Arc,
+};
+
+use alloy_primitives::{Address, Bytes, B256, U256};
+use alloy_signer::SignerSync;
+use alloy_signer_local::PrivateKeySigner;
+use http::{Request, Response, StatusCode};
+use serde_json::Value;
+use x402_core::{
+    codec,
+    evm::{eip3009_domain, reason, Eip3009Authorization, ExactEvmPayload},
+    proto::v2,
+    testing::{self, StandIn},
+    Engine, Offer, Route,
+};
+
+/// A change to an authorization before it is signed.
+type Edit = dyn FnOnce(&mut Eip3009Authorization);
+
+const NETWORK: &str = "eip155:84532";
+const USDC: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
+
+fn engine(facilitator: &Arc<StandIn>, precheck: bool) -> Engine {
+    Engine::builder_arc(facilitator.clone())
+        .route(Route::get("/report").offer(Offer::exact(NETWORK, "$0.001", testing::PAY_TO)))
+        .local_precheck(precheck)
+        .build()
+        .unwrap()
+}
+
+async fn offer(engine: &Engine) -> v2::PaymentRequirements {
+    testing::challenge(engine, Request::get("/report").body(()).unwrap())
+        .await
+        .accepts
+        .remove(0)
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// An EIP-3009 payment for `row` signed by `signer`, changed by `edit`
+/// before signing.
+fn signed(
+    row: &v2::PaymentRequirements,
+    signer: &PrivateKeySigner,
+    edit: impl FnOnce(&mut Eip3009Authorization),
+) -> String {
+    let mut authorization = Eip3009Authorization {
+        from: signer.address(),
+        to: row.pay_to.parse().unwrap(),
+        value: row.amount,
+        valid_after: U256::ZERO,
+        valid_before: U256::from(now() + 300),
+        nonce: B256::from(rand::random::<[u8; 32]>()),
+    };
+    edit(&mut authorization);
+    let domain = eip3009_domain("USDC", "2", 84532, USDC.parse().unwrap());
+    let signature = signer
+        .sign_hash_sync(&authorization.signing_hash(&domain))
+        .unwrap();
+    header(row, signature.as_bytes().to_vec(), authorization)
+}
+
+fn header(
+    row: &v2::PaymentRequirements,
+    signature: Vec<u8>,
+    authorization: Eip3009Authorization,
+) -> String {
+    let payload = ExactEvmPayload {
+        signature: Bytes::from(signature),
+        authorization,
+    };
+    codec::encode(&serde_json::json!({
+        "x402Version": 2,
+        "accepted": row,
+        "payload": payload,
+    }))
+    .unwrap()
+}
+
+/// One request with `payment`; the status, the refusal's reason (if a 402)
+/// and whether the handler ran.
+async fn send(engine: &Engine, payment: &str) -> (StatusCode, Option<String>, bool) {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counter = ran.clone();
+    let request = Request::get("/report")
+        .header("payment-signature", payment)
+        .body(String::new())
+        .unwrap();
+    let response = testing::serve(engine, request, move |_| async move {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Response::new(String::from("the report"))
+    })
+    .await;
+    let reason = response.headers().get("payment-required").map(|h| {
+        let v: Value = codec::decode(h.as_bytes(), 1 << 16).unwrap();
+        v["error"].as_str().unwrap_or_default().to_owned()
+    });
+    (response.status(), reason, ran.load(Ordering::SeqCst) == 1)
+}
+
+#[tokio::test]
+async fn ten_thousand_forged_signatures_cost_the_facilitator_nothing() {
+    let facilitator = Arc::new(StandIn::new());
+    let engine = engine(&facilitator, true);
+    let row = offer(&engine).await;
+    let signed = testing::payment(&row);
+    let mut handler_runs = 0;
+    for _ in 0..10_000 {
+        // A well-formed payment for the offer, its signature random bytes.
+        let (status, reason, ran) = send(&engine, &testing::forge(&signed)).await;
+        assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+        assert_eq!(reason.as_deref(), Some(reason::SIGNATURE));
+        handler_runs += usize::from(ran);
+    }
+    assert_eq!(handler_runs, 0);
+    facilitator.assert_calls(0, 0);
+}
+
+#[tokio::test]
+async fn the_test_payments_pass_it() {
+    let facilitator = Arc::new(StandIn::new().supporting(NETWORK));
+    let engine = engine(&facilitator, true);
+    let row = offer(&engine).await;
+    let (status, _, ran) = send(&engine, &testing::payment(&row)).await;
+    assert_eq!((status, ran), (StatusCode::OK, true));
+    facilitator.assert_calls(1, 1);
+}
+
+#[tokio::test]
+async fn a_signed_payment_reaches_the_facilitator_and_is_served() {
+    let facilitator = Arc::new(StandIn::new());
+    let engine = engine(&facilitator, true);
+    let row = offer(&engine).await;
+    let payer = PrivateKeySigner::random();
+    let (status, _, ran) = send(&engine, &signed(&row, &payer, |_| {})).await;
+    assert_eq!((status, ran), (StatusCode::OK, true));
+    facilitator.assert_calls(1, 1);
+}
+
+#[tokio::test]
+async fn what_a_payment_signs_must_be_what_is_asked() {
+    let facilitator = Arc::new(StandIn::new());
+    let engine = engine(&facilitator, true);
+    let row = offer(&engine).await;
+    let payer = PrivateKeySigner::random();
+    let other = Address::repeat_byte(0x42);
+    let cases: [(&str, Box<Edit>); 5] = [
+        (reason::RECIPIENT_MISMATCH, Box::new(move |a| a.to = other)),
+        (reason::VALUE, Box::new(|a| a.value = 999u64.into())),
+        (
+            reason::VALID_BEFORE,
+            Box::new(|a| a.valid_before = U256::from(now() - 1)),
+        ),
+        // Inside the facilitators' 6 s margin.
+        (
+            reason::VALID_BEFORE,
+            Box::new(|a| a.valid_before = U256::from(now() + 3)),
+        ),
+        (
+            reason::VALID_AFTER,
+            Box::new(|a| a.valid_after = U256::from(now() + 600)),
+        ),
+    ];
+    for (expected, edit) in cases {
+        let (status, reason, ran) = send(&engine, &signed(&row, &payer, edit)).await;
+        assert_eq!(status, StatusCode::PAYMENT_REQUIRED, "{expected}");
+        assert_eq!(reason.as_deref(), Some(expected));
+        assert!(!ran);
+    }
+    // Signed by someone else than `from`.
+    let thief = PrivateKeySigner::random();
+    let forged = signed(&row, &thief, |a| a.from = payer.address());
+    assert_eq!(
+        send(&engine, &forged).await.1.as_deref(),
+        Some(reason::SIGNATURE)
+    );
+    facilitator.assert_calls(0, 0);
+}
+
+#[tokio::test]
+async fn a_smart_wallet_signature_is_left_to_the_facilitator() {
+    let facilitator = Arc::new(StandIn::new());
+    let engine = engine(&facilitator, true);
+    let row = offer(&engine).await;
+    let authorization = Eip3009Authorization {
+        from: Address::repeat_byte(0x11),
+        to: row.pay_to.parse().unwrap(),
+        value: row.amount,
+        valid_after: U256::ZERO,
+        valid_before: U256::from(now() + 300),
+        nonce: B256::from(rand::random::<[u8; 32]>()),
+    };
+    // An ERC-1271 / ERC-6492 signature: only the chain can check it.
+    let payment = header(&row, vec![0xab; 200], authorization);
+    let (status, _, ran) = send(&engine, &payment).await;
+    assert_eq!((status, ran), (StatusCode::OK, true));
+    facilitator.assert_calls(1, 1);
+}
+
+#[tokio::test]
+async fn without_the_precheck_the_facilitator_judges() {
+    let facilitator = Arc::new(StandIn::new());
+    let engine = engine(&facilitator, false);
+    let row = offer(&engine).await;
+    let (status, _, ran) = send(&engine, &testing::forge(&testing::payment(&row))).await;
+    // The stand-in says valid to anything.
+    assert_eq!((status, ran), (StatusCode::OK, true));
+    facilitator.assert_calls(1, 1);
+}
+
+#[tokio::test]
+async fn permit2_and_upto_payloads_are_checked_too() {
+    let facilitator = Arc::new(StandIn::new().supporting(NETWORK));
+    let engine = Engine::builder_arc(facilitator.clone())
+        .route(
+            Route::get("/report").offer(
+                Offer::exact(NETWORK, "$0.001", testing::PAY_TO)
+                    .extra("assetTransferMethod", "permit2"),
+            ),
+        )
+        .route(Route::get("/metered").offer(Offer::upto(NETWORK, "2000", testing::PAY_TO)))
+        .local_precheck(true)
+        .build()
+        .unwrap();
+    for path in ["/report", "/metered"] {
+        let row = testing::challenge(&engine, Request::get(path).body(()).unwrap())
+            .await
+            .accepts
+            .remove(0);
+        let request = Request::get(path)
+            .header("payment-signature", testing::forge(&testing::payment(&row)))
+            .body(String::new())
+            .unwrap();
+        let response = testing::serve(&engine, request, |_| async {
+            Response::new(String::from("served"))
+        })
+        .await;
+        assert_eq!(response.status(), StatusCode::PAYMENT_REQUIRED, "{path}");
+        let v: Value =
+            codec::decode(response.headers()["payment-required"].as_bytes(), 1 << 16).unwrap();
+        assert_eq!(v["error"], reason::PERMIT2_SIGNATURE, "{path}");
+    }
+    facilitator.assert_calls(0, 0);
+}
