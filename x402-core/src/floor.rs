@@ -70,6 +70,7 @@ const DEFAULT_FLOORS: [(&str, &str); 3] = [
 /// assert_eq!(floors.get("eip155:84532"), None); // Base Sepolia: a testnet
 /// assert_eq!(PriceFloors::none().get("eip155:8453"), None);
 /// ```
+#[must_use]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PriceFloors {
     /// Floors by CAIP-2 id; an unparseable floor is kept to be reported by
@@ -102,7 +103,6 @@ impl PriceFloors {
     /// a floor is always whole dollars and cents, never atomic units). A
     /// floor that cannot be parsed is reported by
     /// [`EngineBuilder::build`](crate::EngineBuilder::build).
-    #[must_use]
     pub fn set(mut self, network: impl Into<String>, floor: impl AsRef<str>) -> Self {
         let floor = Price::units(floor.as_ref()).map(normalize);
         self.floors.insert(caip2(network.into()), floor);
@@ -110,7 +110,6 @@ impl PriceFloors {
     }
 
     /// Removes the floor of `network` (CAIP-2 id or version 1 name).
-    #[must_use]
     pub fn remove(mut self, network: impl Into<String>) -> Self {
         self.floors.remove(&caip2(network.into()));
         self

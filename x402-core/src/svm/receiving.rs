@@ -45,6 +45,7 @@ pub enum CheckMode {
 ///
 /// The RPC URL can carry an API key: it is never logged or shown beyond
 /// `scheme://host[:port]`.
+#[must_use]
 #[derive(Clone)]
 pub struct ReceivingAccounts {
     rpc_url: String,
@@ -85,7 +86,6 @@ impl ReceivingAccounts {
     /// Asks the node at `rpc_url` instead about the offers on `network`
     /// (CAIP-2, e.g. [`SOLANA_DEVNET`](crate::network::SOLANA_DEVNET)), for
     /// an engine that takes payments on more than one cluster.
-    #[must_use]
     pub fn network_rpc(mut self, network: impl Into<String>, rpc_url: impl Into<String>) -> Self {
         let network = network.into();
         self.network_rpcs.retain(|(n, _)| *n != network);
@@ -94,14 +94,12 @@ impl ReceivingAccounts {
     }
 
     /// What to do with the problems found (default [`CheckMode::Refuse`]).
-    #[must_use]
     pub fn mode(mut self, mode: CheckMode) -> Self {
         self.mode = mode;
         self
     }
 
     /// The deadline of each RPC request (default [`DEFAULT_RPC_TIMEOUT`]).
-    #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
