@@ -6,7 +6,14 @@
 //! - [`handler`]: the protected "business" handler, counting its calls.
 //! - [`adapters`]: the [`Adapter`] trait and one implementation per framework
 //!   adapter (axum router layer, plain tower over hyper).
-//! - [`payment`]: v1/v2 payment header builders.
+//! - [`payment`]: v1/v2 payment header builders, signed by the test key of
+//!   `x402_core::testing`.
+//! - [`require`]: what tests need from outside the workspace (Node tooling,
+//!   anvil, Redis), checked in one place; a missing piece fails the test
+//!   with one line naming `bash scripts/test-all.sh`.
+//! - [`core_support`]: helpers of x402-core's integration tests (`core_*.rs`):
+//!   signing with anvil keys, a seller on axum, an own `redis-server`, a
+//!   webhook receiver.
 //! - [`client`]: a reqwest client and a [`Reply`] with decoding helpers.
 //! - [`suite`]: every scenario of the outcomes table as a generic `async fn`
 //!   over an [`Adapter`], instantiated per adapter with [`conformance_tests!`].

@@ -2,10 +2,11 @@
 //! send, and a function that drives an engine the way an adapter does.
 //!
 //! For tests of code that sits behind a paywall: unit tests, doc examples,
-//! benchmarks. Nothing here checks a signature or moves money; integration
-//! tests that need that run a real facilitator (the in-process
-//! `LocalFacilitator` on its dev ledger, feature `local-facilitator`, or one
-//! over HTTP).
+//! benchmarks. The payments are signed by a test key ([`PAYER`]), so the
+//! engine's local pre-check accepts them; the stand-in moves no money and
+//! says valid to anything. Integration tests that need real settlement run
+//! a real facilitator (the in-process `LocalFacilitator` on its dev ledger,
+//! feature `local-facilitator`, or one over HTTP).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
