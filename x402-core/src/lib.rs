@@ -3,6 +3,8 @@
 
 pub mod bazaar;
 pub mod boundary;
+#[cfg(any(feature = "http-facilitator", feature = "svm-rpc"))]
+mod capped;
 pub mod challenge;
 pub mod claim;
 pub mod codec;

@@ -34,3 +34,20 @@ pub(crate) fn urls_in(text: &str) -> String {
     out.push_str(rest);
     out
 }
+
+/// An error and its sources as one line (`error: source: source`), a source
+/// left out when its message is already in the text (many errors repeat
+/// their source's).
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        let message = e.to_string();
+        if !text.contains(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        source = e.source();
+    }
+    text
+}

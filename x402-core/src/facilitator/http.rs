@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{Facilitator, FacilitatorError, FacilitatorHealth};
+use crate::capped::{read_capped, truncate_chars};
 use crate::proto::{
     FacilitatorRequest, JsonObject, SettleResponse, SupportedKind, SupportedResponse,
     VerifyResponse,
@@ -235,7 +236,9 @@ impl HttpFacilitator {
             }
             let response = request.send().await.map_err(transport_error)?;
             let status = response.status();
-            let body = read_capped(response).await.map_err(transport_error)?;
+            let body = read_capped(response, MAX_BODY_BYTES)
+                .await
+                .map_err(transport_error)?;
             Ok(Reply {
                 status,
                 body: body.0,
@@ -586,27 +589,6 @@ fn transport_error(error: reqwest::Error) -> FacilitatorError {
     } else {
         // The URL may carry an API key in its query: keep it out of logs.
         FacilitatorError::Transport(Box::new(error.without_url()))
-    }
-}
-
-/// Reads at most [`MAX_BODY_BYTES`]; the flag says whether the body was cut.
-async fn read_capped(mut response: reqwest::Response) -> Result<(Vec<u8>, bool), reqwest::Error> {
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await? {
-        let room = MAX_BODY_BYTES.saturating_sub(body.len());
-        if chunk.len() > room {
-            body.extend_from_slice(chunk.get(..room).unwrap_or_default());
-            return Ok((body, true));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok((body, false))
-}
-
-fn truncate_chars(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
     }
 }
 

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use super::{associated_token_address, Pubkey, TokenProgram};
 use crate::{
+    capped::{read_capped, truncate_chars},
     network::{self, Family},
     redact::urls_in as redact_urls,
     route::Offer,
@@ -491,7 +492,9 @@ impl Session {
             .await
             .map_err(transport)?;
         let status = response.status();
-        let (answer, cut) = read_capped(response).await.map_err(transport)?;
+        let (answer, cut) = read_capped(response, MAX_ANSWER_BYTES)
+            .await
+            .map_err(transport)?;
         if !status.is_success() {
             return Err(failed(format!("{method}: HTTP {status}")));
         }
@@ -579,37 +582,7 @@ fn scrub(text: &str, url: &Url) -> String {
 
 /// An error and its sources, without the URL reqwest adds.
 fn error_text(error: reqwest::Error) -> String {
-    let error = error.without_url();
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(&error);
-    while let Some(e) = source {
-        let message = e.to_string();
-        if !text.contains(&message) {
-            text.push_str(": ");
-            text.push_str(&message);
-        }
-        source = e.source();
-    }
-    text
-}
-
-/// Reads at most [`MAX_ANSWER_BYTES`]; the flag says whether it was cut.
-async fn read_capped(mut response: reqwest::Response) -> Result<(Vec<u8>, bool), reqwest::Error> {
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await? {
-        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
-            return Ok((body, true));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok((body, false))
-}
-
-fn truncate_chars(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
-    }
+    crate::redact::error_chain(&error.without_url())
 }
 
 mod problem;

@@ -13,18 +13,7 @@ pub(super) struct RpcFailure(pub(super) String);
 
 impl RpcFailure {
     pub(super) fn new(error: &(dyn std::error::Error + 'static)) -> Self {
-        let mut text = error.to_string();
-        let mut source = error.source();
-        while let Some(e) = source {
-            // Many errors repeat their source's message in their own.
-            let message = e.to_string();
-            if !text.contains(&message) {
-                text.push_str(": ");
-                text.push_str(&message);
-            }
-            source = e.source();
-        }
-        Self(redact_urls(&text))
+        Self(redact_urls(&crate::redact::error_chain(error)))
     }
 }
 
