@@ -105,24 +105,24 @@ impl PriceFloors {
     /// [`EngineBuilder::build`](crate::EngineBuilder::build).
     pub fn set(mut self, network: impl Into<String>, floor: impl AsRef<str>) -> Self {
         let floor = Price::units(floor.as_ref()).map(normalize);
-        self.floors.insert(caip2(network.into()), floor);
+        self.floors
+            .insert(network::canonical(&network.into()).to_owned(), floor);
         self
     }
 
     /// Removes the floor of `network` (CAIP-2 id or version 1 name).
     pub fn remove(mut self, network: impl Into<String>) -> Self {
-        self.floors.remove(&caip2(network.into()));
+        self.floors.remove(network::canonical(&network.into()));
         self
     }
 
     /// The floor of `network` (CAIP-2 id or version 1 name), in dollars.
     pub fn get(&self, network: &str) -> Option<Price> {
-        let caip = if network.contains(':') {
-            network
-        } else {
-            network::caip2(network).unwrap_or(network)
-        };
-        self.floors.get(caip)?.as_ref().ok().copied()
+        self.floors
+            .get(network::canonical(network))?
+            .as_ref()
+            .ok()
+            .copied()
     }
 
     /// The first floor that is not a dollar amount, with its network.
@@ -162,16 +162,6 @@ pub(crate) struct BelowFloor {
     pub(crate) price: Price,
     /// The network's floor, in dollars.
     pub(crate) floor: Price,
-}
-
-fn caip2(network: String) -> String {
-    if network.contains(':') {
-        return network;
-    }
-    match network::caip2(&network) {
-        Some(caip) => caip.to_owned(),
-        None => network,
-    }
 }
 
 /// Dollar stablecoins the floors value besides the networks' default ones

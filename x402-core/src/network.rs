@@ -101,6 +101,16 @@ pub fn caip2(v1_name: &str) -> Option<&'static str> {
         .map(|n| n.caip2)
 }
 
+/// The CAIP-2 id of a network named either way (`eip155:84532` or
+/// `base-sepolia`); an unknown version 1 name as it is.
+pub fn canonical(network: &str) -> &str {
+    if network.contains(':') {
+        network
+    } else {
+        caip2(network).unwrap_or(network)
+    }
+}
+
 /// Whether strict legacy v1 clients accept a challenge row on this network
 /// (named by CAIP-2 id).
 pub fn legacy_v1_accepts(caip2: &str) -> bool {
@@ -123,11 +133,7 @@ pub enum Family {
 
 /// The family of a network named either way.
 pub fn family(network: &str) -> Family {
-    let caip = if network.contains(':') {
-        network
-    } else {
-        caip2(network).unwrap_or(network)
-    };
+    let caip = canonical(network);
     if caip.starts_with("eip155:") {
         Family::Evm
     } else if caip.starts_with("solana:") {
@@ -140,12 +146,7 @@ pub fn family(network: &str) -> Family {
 /// The EVM chain id of a network named either way (`eip155:84532` or
 /// `base-sepolia`).
 pub fn evm_chain_id(network: &str) -> Option<u64> {
-    let caip = if network.contains(':') {
-        network
-    } else {
-        caip2(network)?
-    };
-    let id = caip.strip_prefix("eip155:")?;
+    let id = canonical(network).strip_prefix("eip155:")?;
     if id.is_empty()
         || id.len() > 20
         || !id.bytes().all(|b| b.is_ascii_digit())

@@ -120,9 +120,9 @@ pub struct StandIn {
     verify: Mutex<Option<VerifyAnswer>>,
     settle: Mutex<Option<SettleAnswer>>,
     delay: Mutex<Option<(Duration, Duration)>>,
-    supported: Mutex<SupportedResponse>,
-    supported_down: std::sync::atomic::AtomicBool,
-    unrecorded: std::sync::atomic::AtomicBool,
+    supported: SupportedResponse,
+    supported_down: bool,
+    unrecorded: bool,
     verify_requests: Mutex<Vec<FacilitatorRequest>>,
     settle_requests: Mutex<Vec<FacilitatorRequest>>,
     verify_calls: AtomicUsize,
@@ -139,8 +139,8 @@ impl StandIn {
 
     /// Answers `/supported` with `supported`.
     #[must_use]
-    pub fn with_supported(self, supported: SupportedResponse) -> Self {
-        *lock(&self.supported) = supported;
+    pub fn with_supported(mut self, supported: SupportedResponse) -> Self {
+        self.supported = supported;
         self
     }
 
@@ -166,16 +166,16 @@ impl StandIn {
     /// Gives no answer to `/supported` ([`FacilitatorError::Timeout`]), as
     /// a facilitator that is down does.
     #[must_use]
-    pub fn supported_down(self) -> Self {
-        self.supported_down.store(true, Ordering::SeqCst);
+    pub fn supported_down(mut self) -> Self {
+        self.supported_down = true;
         self
     }
 
     /// Keeps no copy of the requests (the counts still run): for benchmarks
     /// and long runs, where the copies would cost time and memory.
     #[must_use]
-    pub fn without_records(self) -> Self {
-        self.unrecorded.store(true, Ordering::SeqCst);
+    pub fn without_records(mut self) -> Self {
+        self.unrecorded = true;
         self
     }
 
@@ -239,7 +239,7 @@ impl StandIn {
     }
 
     fn record(&self, into: &Mutex<Vec<FacilitatorRequest>>, request: &FacilitatorRequest) {
-        if !self.unrecorded.load(Ordering::Relaxed) {
+        if !self.unrecorded {
             lock(into).push(request.clone());
         }
     }
@@ -307,10 +307,10 @@ impl Facilitator for StandIn {
 
     async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
         self.supported_calls.fetch_add(1, Ordering::SeqCst);
-        if self.supported_down.load(Ordering::SeqCst) {
+        if self.supported_down {
             return Err(FacilitatorError::Timeout);
         }
-        Ok(lock(&self.supported).clone())
+        Ok(self.supported.clone())
     }
 }
 

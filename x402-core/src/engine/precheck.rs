@@ -28,13 +28,7 @@ pub(crate) const MARGIN_SECS: u64 = 6;
 /// check cannot tell.
 pub(super) fn precheck(request: &FacilitatorRequest, now: u64) -> Result<(), Refused> {
     let requirements = &request.payment_requirements;
-    let network = requirements.network();
-    let caip2 = if network.contains(':') {
-        Some(network)
-    } else {
-        network::caip2(network)
-    };
-    let Some(chain_id) = caip2.and_then(network::evm_chain_id) else {
+    let Some(chain_id) = network::evm_chain_id(requirements.network()) else {
         return Ok(());
     };
     let Ok(payload) = EvmPayload::from_value(request.payment_payload.payload()) else {

@@ -18,6 +18,7 @@ pub enum LocalConfigError {
 }
 
 /// Builds a [`LocalFacilitator`].
+#[derive(Debug)]
 #[must_use]
 pub struct LocalFacilitatorBuilder {
     pub(super) ledger: Arc<dyn Ledger>,
@@ -25,18 +26,6 @@ pub struct LocalFacilitatorBuilder {
     pub(super) clock: Arc<dyn Clock>,
     pub(super) margin: Duration,
     pub(super) low_gas_threshold: U256,
-}
-
-impl fmt::Debug for LocalFacilitatorBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LocalFacilitatorBuilder")
-            .field("ledger", &self.ledger)
-            .field("networks", &self.networks)
-            .field("clock", &self.clock)
-            .field("margin", &self.margin)
-            .field("low_gas_threshold", &self.low_gas_threshold)
-            .finish()
-    }
 }
 
 /// The default balance under which the settlement wallet counts as low on
@@ -112,12 +101,8 @@ impl LocalFacilitatorBuilder {
 
 /// The CAIP-2 id of an EVM network named either way.
 pub(super) fn caip2_of(name: &str) -> Option<String> {
-    let caip2 = if name.contains(':') {
-        name.to_owned()
-    } else {
-        network::caip2(name)?.to_owned()
-    };
-    network::evm_chain_id(&caip2).map(|_| caip2)
+    let caip2 = network::canonical(name);
+    network::evm_chain_id(caip2).map(|_| caip2.to_owned())
 }
 
 /// An in-process facilitator for EVM networks, settling through a [`Ledger`]:
@@ -139,7 +124,7 @@ pub(super) fn caip2_of(name: &str) -> Option<String> {
 /// assert!(LocalFacilitator::builder(DevLedger::new()).network("eip155:8453").build().is_err());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct LocalFacilitator {
     pub(super) ledger: Arc<dyn Ledger>,
     /// CAIP-2 id → chain id.
@@ -147,18 +132,6 @@ pub struct LocalFacilitator {
     pub(super) clock: Arc<dyn Clock>,
     pub(super) margin: u64,
     pub(super) low_gas_threshold: U256,
-}
-
-impl fmt::Debug for LocalFacilitator {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LocalFacilitator")
-            .field("ledger", &self.ledger)
-            .field("networks", &self.networks)
-            .field("clock", &self.clock)
-            .field("margin", &self.margin)
-            .field("low_gas_threshold", &self.low_gas_threshold)
-            .finish()
-    }
 }
 
 /// Which facilitator call a check runs for: the amount of an `upto`

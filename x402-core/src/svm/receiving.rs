@@ -208,11 +208,7 @@ fn targets(offers: &[Offer]) -> Vec<Target> {
         if network::family(&offer.network) != Family::Svm {
             continue;
         }
-        let network = if offer.network.contains(':') {
-            offer.network.clone()
-        } else {
-            network::caip2(&offer.network).map_or_else(|| offer.network.clone(), str::to_owned)
-        };
+        let network = network::canonical(&offer.network).to_owned();
         let mint = match (&offer.asset, network::default_stablecoin(&network)) {
             (Some(asset), _) => asset.address.clone(),
             (None, Some(coin)) => coin.address.to_owned(),
