@@ -27,7 +27,9 @@
 #   SKIP_REDIS=1       skip the Redis paths
 #   SKIP_MEMORY=1      skip the 60 s memory run
 #   PATHS="..."        run only these paths, of: baseline floor challenge
-#                      paid-memory paid-redis session-floor session-redis memory
+#                      paid-memory paid-redis http-floor paid-http http-peer
+#                      session-floor session-redis memory
+#   SKIP_PEER=1        do not build or run the x402-rs peer (bench/peer-x402rs)
 #   PERF=0             do not profile the paid path with perf (default: profile if perf works)
 #   PERF_SECONDS=5     length of the perf capture
 #   SERVER_CPUS / LOADGEN_CPUS   e.g. "0" and "1": pin with taskset
@@ -43,7 +45,7 @@ MEM_DURATION="${MEM_DURATION:-60}"
 MEM_RATE="${MEM_RATE:-500}"
 MEM_EVERY="${MEM_EVERY:-5}"
 MEM_VALID_FOR="${MEM_VALID_FOR:-60}"
-PATHS=" ${PATHS:-baseline floor challenge paid-memory paid-redis session-floor session-redis memory} "
+PATHS=" ${PATHS:-baseline floor challenge paid-memory paid-redis http-floor paid-http http-peer session-floor session-redis memory} "
 want() { [[ "$PATHS" == *" $1 "* ]]; }
 CONNECTIONS="${CONNECTIONS:-32}"
 PAID_MAX="${PAID_MAX:-60000}"
@@ -94,9 +96,23 @@ cargo build --release -p x402-loadgen --bins 2>&1 | tail -n 3 >&2
 TARGET_DIR="$(cargo metadata --format-version 1 --no-deps 2>/dev/null \
     | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
 BIN="${TARGET_DIR:-$ROOT/target}/release"
-for b in bench-server loadgen bench-report; do
+for b in bench-server loadgen bench-report fake-facilitator; do
     [ -x "$BIN/$b" ] || { echo "missing $BIN/$b" >&2; exit 1; }
 done
+
+# The peer: x402-rs's axum middleware (bench/peer-x402rs, its own lock file
+# and target folder). If it cannot be built, its row is left out.
+PEER=""
+if [ "${SKIP_PEER:-0}" != 1 ] && want http-peer; then
+    log "building the x402-rs peer (bench/peer-x402rs, release)"
+    PEER_TARGET="${TARGET_DIR:-$ROOT/target}/peer"
+    if CARGO_TARGET_DIR="$PEER_TARGET" cargo build --release --locked \
+        --manifest-path "$ROOT/bench/peer-x402rs/Cargo.toml" > "$OUT/peer-build.log" 2>&1; then
+        PEER="$PEER_TARGET/release/x402rs-peer"
+    else
+        log "the x402-rs peer did not build (see $OUT/peer-build.log): its row is skipped"
+    fi
+fi
 
 # --- Redis -----------------------------------------------------------------
 tcp_open() { # tcp_open HOST PORT
@@ -142,6 +158,23 @@ if [ "${SKIP_REDIS:-0}" != 1 ]; then
     fi
 fi
 
+# --- The fake facilitator -----------------------------------------------------
+# One for the whole run, on loopback: it accepts every payment and counts
+# the calls (bench/loadgen/src/bin/fake-facilitator.rs).
+FACILITATOR=""
+if want http-floor || want paid-http || want http-peer; then
+    "${PIN_SERVER[@]}" env HOST=127.0.0.1 PORT=0 "$BIN/fake-facilitator" \
+        > "$OUT/fake-facilitator.out" 2> "$OUT/fake-facilitator.log" &
+    PIDS+=("$!")
+    for _ in $(seq 1 100); do
+        FACILITATOR="$(sed -n 's|^listening on http://||p;T;q' "$OUT/fake-facilitator.out")"
+        [ -n "$FACILITATOR" ] && break
+        sleep 0.1
+    done
+    [ -n "$FACILITATOR" ] || { log "the fake facilitator did not start"; exit 1; }
+    log "fake facilitator on http://$FACILITATOR"
+fi
+
 # --- Servers and runs ---------------------------------------------------------
 SERVER_PID=""
 start_server() { # start_server NAME MODE [ENV=VAL...]
@@ -150,16 +183,24 @@ start_server() { # start_server NAME MODE [ENV=VAL...]
     "${PIN_SERVER[@]}" env -u REDIS_URL -u FACILITATOR_URL -u EVM_RPC_URL \
         -u WEBHOOK_URL -u WEBHOOK_SECRET -u DEV_FUND HOST=127.0.0.1 PORT=0 BENCH_PAYERS="$PAYERS" BENCH_SEED="$SEED" "$@" \
         "$BIN/bench-server" "$mode" > "$logf" 2>&1 &
-    SERVER_PID="$!"
+    await_listening "$name" "$!" "$logf"
+}
+start_peer() { # start_peer: the x402-rs peer against the fake facilitator
+    local logf="$OUT/server-http-peer-r$ROUND.log"
+    "${PIN_SERVER[@]}" env PORT=0 FACILITATOR_URL="http://$FACILITATOR" "$PEER" > "$logf" 2>&1 &
+    await_listening http-peer "$!" "$logf"
+}
+await_listening() { # await_listening NAME PID LOG: sets SERVER_PID and ADDR
+    SERVER_PID="$2"
     PIDS+=("$SERVER_PID")
     ADDR=""
     for _ in $(seq 1 100); do
-        ADDR="$(sed -n 's|^listening on http://||p;T;q' "$logf")"
+        ADDR="$(sed -n 's|^listening on http://||p;T;q' "$3")"
         [ -n "$ADDR" ] && break
-        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$logf" >&2; exit 1; }
+        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$3" >&2; exit 1; }
         sleep 0.1
     done
-    [ -n "$ADDR" ] || { log "server $name did not start"; cat "$logf" >&2; exit 1; }
+    [ -n "$ADDR" ] || { log "server $1 did not start"; cat "$3" >&2; exit 1; }
 }
 stop_server() {
     kill -TERM "$SERVER_PID" 2>/dev/null || true
@@ -245,6 +286,38 @@ for ROUND in $(seq 1 "$ROUNDS"); do
             stop_server
         fi
 
+    fi
+
+    # The facilitator paths: the example, the floor and the peer each make
+    # their two calls to the same fake facilitator, in alternating order
+    # from round to round.
+    if [ -n "$FACILITATOR" ]; then
+        http_paths=(http-floor paid-http http-peer)
+        [ $(( ROUND % 2 )) = 0 ] && http_paths=(http-peer paid-http http-floor)
+        for p in "${http_paths[@]}"; do
+            want "$p" || continue
+            case "$p" in
+                http-floor)
+                    log "round $ROUND/$ROUNDS, facilitator floor: the two HTTP facilitator calls from a bare handler, no engine"
+                    start_server http-floor paid-http-floor FACILITATOR_URL="http://$FACILITATOR"
+                    ;;
+                paid-http)
+                    log "round $ROUND/$ROUNDS, paid exact path through the HTTP facilitator (paid-api, in-memory claims)"
+                    start_server paid-http paid-api FACILITATOR_URL="http://$FACILITATOR"
+                    ;;
+                http-peer)
+                    [ -n "$PEER" ] || continue
+                    log "round $ROUND/$ROUNDS, the peer: x402-rs's axum middleware through the same facilitator"
+                    start_peer
+                    ;;
+            esac
+            run_load "$p" --mode paid --path /exact/evm/eip3009 \
+                --duration "$DURATION" --max-requests "$PAID_MAX" --expect 200
+            stop_server
+        done
+    fi
+
+    if [ "$REDIS_OK" = 1 ]; then
         if want session-floor; then
             log "round $ROUND/$ROUNDS, 6/8 session floor: one Redis redemption per call from a bare handler, no engine"
             start_server session-floor session-floor REDIS_URL="$REDIS_URL"

@@ -14,6 +14,8 @@
 //! - [`core_support`]: helpers of x402-core's integration tests (`core_*.rs`):
 //!   signing with anvil keys, a seller on axum, an own `redis-server`, a
 //!   webhook receiver.
+//! - [`redis_cluster`]: the shared Redis Cluster (`REDIS_CLUSTER_URLS`) and
+//!   one a test owns (six `redis-server` processes, to kill a primary).
 //! - [`client`]: a reqwest client and a [`Reply`] with decoding helpers.
 //! - [`suite`]: every scenario of the outcomes table as a generic `async fn`
 //!   over an [`Adapter`], instantiated per adapter with [`conformance_tests!`].
@@ -42,6 +44,7 @@ mod conformance;
 pub mod core_support;
 pub mod handler;
 pub mod payment;
+pub mod redis_cluster;
 pub mod require;
 pub mod standin;
 pub mod suite;

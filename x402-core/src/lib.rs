@@ -29,6 +29,9 @@ pub mod proto;
 pub mod readiness;
 #[cfg(any(feature = "chain", feature = "svm-rpc"))]
 mod redact;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis_conn;
 mod refusal;
 pub mod rejection;
 pub mod route;

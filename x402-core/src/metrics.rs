@@ -20,6 +20,8 @@
 //! | `x402_amount_settled_total` | counter | `network`, `asset` | atomic units settled successfully (see below) |
 //! | `x402_facilitator_seconds` | histogram | `op` (`verify`, `settle`, `supported`) | facilitator call latency, answered or not |
 //! | `x402_claim_store_seconds` | histogram | `op` (`claim`, `release`), `outcome` (`ok`, `error`) | claim store latency, through [`TimedClaimStore`] |
+//! | `x402_facilitator_member_calls_total` | counter | `member`, `op` (`verify`, `settle`), `outcome` (`answered`, `failed`) | calls to the members of a [`FailoverFacilitator`](crate::facilitator::FailoverFacilitator) (`member`: the names it was given) |
+//! | `x402_facilitator_breaker_transitions_total` | counter | `member`, `state` (`open`, `half_open`, `closed`) | circuit breaker changes of a `FailoverFacilitator`'s members |
 //!
 //! Reserved for the webhook sender (recorded there, not by the engine):
 //! `x402_webhook_deliveries_total{outcome}` (`outcome`: `delivered`,
@@ -62,6 +64,13 @@ pub mod names {
     pub const FACILITATOR_SECONDS: &str = "x402_facilitator_seconds";
     /// Histogram: claim store latency in seconds, by `op` and `outcome`.
     pub const CLAIM_STORE_SECONDS: &str = "x402_claim_store_seconds";
+    /// Counter: calls to a failover facilitator's members, by `member`, `op`
+    /// and `outcome`.
+    pub const FACILITATOR_MEMBER_CALLS_TOTAL: &str = "x402_facilitator_member_calls_total";
+    /// Counter: circuit breaker changes of a failover facilitator's members,
+    /// by `member` and `state`.
+    pub const FACILITATOR_BREAKER_TRANSITIONS_TOTAL: &str =
+        "x402_facilitator_breaker_transitions_total";
     /// Counter (webhook sender): delivery attempts, by `outcome`.
     pub const WEBHOOK_DELIVERIES_TOTAL: &str = "x402_webhook_deliveries_total";
     /// Counter (webhook sender): events moved to dead letters.
@@ -77,11 +86,12 @@ pub use self::enabled::{describe, TimedClaimStore};
 mod enabled {
     use std::{
         collections::HashMap,
-        sync::{Mutex, OnceLock},
+        hash::{Hash, Hasher},
+        sync::{Arc, Mutex, OnceLock},
         time::{Instant, SystemTime},
     };
 
-    use ::metrics::{counter, describe_counter, describe_histogram, histogram, Unit};
+    use ::metrics::{counter, describe_counter, describe_histogram, Unit};
     use async_trait::async_trait;
 
     use super::names::*;
@@ -127,6 +137,14 @@ mod enabled {
             "Claim store latency, by op and outcome"
         );
         describe_counter!(
+            FACILITATOR_MEMBER_CALLS_TOTAL,
+            "Calls to a failover facilitator's members, by member, op and outcome"
+        );
+        describe_counter!(
+            FACILITATOR_BREAKER_TRANSITIONS_TOTAL,
+            "Circuit breaker changes of a failover facilitator's members, by member and state"
+        );
+        describe_counter!(
             WEBHOOK_DELIVERIES_TOTAL,
             "Webhook delivery attempts, by outcome"
         );
@@ -153,20 +171,84 @@ mod enabled {
         }
     }
 
+    /// The label value written for `value`: itself when short and tame,
+    /// else `other`.
+    fn label_str(value: &str) -> &str {
+        let ok = value.len() <= 64
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'));
+        if ok {
+            value
+        } else {
+            "other"
+        }
+    }
+
+    /// At most this many distinct series keep a cached key; past it, keys
+    /// are built per call (correct, only slower).
+    const MAX_CACHED_KEYS: usize = 4096;
+
+    /// The key of series `name{labels}`, built once and then shared: a
+    /// per-request metric allocates nothing once its series exists. Keys,
+    /// not handles, are cached, so that whichever recorder is current is
+    /// the one written to.
+    fn cached_key(name: &'static str, labels: &[(&'static str, &str)]) -> Arc<::metrics::Key> {
+        type Keys = Mutex<HashMap<u64, Vec<Arc<::metrics::Key>>>>;
+        static KEYS: OnceLock<Keys> = OnceLock::new();
+        let hash = {
+            let mut h = std::hash::DefaultHasher::new();
+            name.hash(&mut h);
+            for (k, v) in labels {
+                k.hash(&mut h);
+                v.hash(&mut h);
+            }
+            h.finish()
+        };
+        let same = |key: &::metrics::Key| {
+            key.name() == name
+                && key.labels().len() == labels.len()
+                && key
+                    .labels()
+                    .zip(labels)
+                    .all(|(l, (k, v))| l.key() == *k && l.value() == *v)
+        };
+        let keys = KEYS.get_or_init(Keys::default);
+        let mut keys = keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(key) = keys.get(&hash).and_then(|b| b.iter().find(|k| same(k))) {
+            return Arc::clone(key);
+        }
+        let key = Arc::new(::metrics::Key::from_parts(
+            name,
+            labels
+                .iter()
+                .map(|(k, v)| ::metrics::Label::new(*k, (*v).to_owned()))
+                .collect::<Vec<_>>(),
+        ));
+        if keys.len() < MAX_CACHED_KEYS {
+            keys.entry(hash).or_default().push(Arc::clone(&key));
+        }
+        key
+    }
+
     pub(super) fn inc(name: &'static str, labels: &[(&'static str, &str)]) {
-        let labels: Vec<::metrics::Label> = labels
-            .iter()
-            .map(|(k, v)| {
-                // Reasons may be a facilitator's free text; routes are patterns.
-                let v = if *k == "reason" {
-                    label(v)
-                } else {
-                    (*v).to_owned()
-                };
-                ::metrics::Label::new(*k, v)
-            })
-            .collect();
-        counter!(name, labels).increment(1);
+        // Reasons may be a facilitator's free text; routes are patterns.
+        let mut bounded: [(&'static str, &str); 4] = [("", ""); 4];
+        let n = labels.len().min(bounded.len());
+        for (slot, (k, v)) in bounded.iter_mut().zip(labels) {
+            *slot = (k, if *k == "reason" { label_str(v) } else { v });
+        }
+        if labels.len() > bounded.len() {
+            let labels: Vec<::metrics::Label> = labels
+                .iter()
+                .map(|(k, v)| ::metrics::Label::new(*k, label(v)))
+                .collect();
+            counter!(name, labels).increment(1);
+            return;
+        }
+        inc_key(&cached_key(name, &bounded[..n]));
     }
 
     /// The retained key of `x402_challenges_total{route, reason="payment_required"}`:
@@ -196,29 +278,48 @@ mod enabled {
         labels: &[(&'static str, &'static str)],
         since: Instant,
     ) {
-        let labels: Vec<::metrics::Label> = labels
-            .iter()
-            .map(|(k, v)| ::metrics::Label::new(*k, *v))
-            .collect();
-        histogram!(name, labels).record(since.elapsed().as_secs_f64());
+        static METADATA: ::metrics::Metadata<'static> =
+            ::metrics::Metadata::new(module_path!(), ::metrics::Level::INFO, Some(module_path!()));
+        let key = cached_key(name, labels);
+        ::metrics::with_recorder(|r| r.register_histogram(&key, &METADATA))
+            .record(since.elapsed().as_secs_f64());
     }
 
-    type Totals = Mutex<HashMap<(String, String), u64>>;
+    /// Per network and asset (lowercase): the running total.
+    type Totals = Mutex<Vec<(String, String, u64)>>;
 
     pub(super) fn amount(network: &str, asset: &str, amount: AtomicAmount) {
         static TOTALS: OnceLock<Totals> = OnceLock::new();
         let add = u64::try_from(amount.get()).unwrap_or(u64::MAX);
-        let key = (network.to_owned(), asset.to_ascii_lowercase());
         let total = {
             let mut totals = TOTALS
                 .get_or_init(Totals::default)
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let t = totals.entry(key.clone()).or_default();
-            *t = t.saturating_add(add);
-            *t
+            // A handful of (network, asset) pairs: a scan finds one without
+            // building a key.
+            let at = totals
+                .iter()
+                .position(|(n, a, _)| n == network && a.eq_ignore_ascii_case(asset));
+            let at = match at {
+                Some(at) => at,
+                None => {
+                    totals.push((network.to_owned(), asset.to_ascii_lowercase(), 0));
+                    totals.len() - 1
+                }
+            };
+            let entry = &mut totals[at];
+            entry.2 = entry.2.saturating_add(add);
+            let key = cached_key(
+                AMOUNT_SETTLED_TOTAL,
+                &[("network", network), ("asset", &entry.1)],
+            );
+            (entry.2, key)
         };
-        counter!(AMOUNT_SETTLED_TOTAL, "network" => key.0, "asset" => key.1).absolute(total);
+        static METADATA: ::metrics::Metadata<'static> =
+            ::metrics::Metadata::new(module_path!(), ::metrics::Level::INFO, Some(module_path!()));
+        let (total, key) = total;
+        ::metrics::with_recorder(|r| r.register_counter(&key, &METADATA)).absolute(total);
     }
 
     /// A [`ClaimStore`] that records `x402_claim_store_seconds{op, outcome}`

@@ -5,6 +5,9 @@
 use alloy_primitives::{keccak256, B256};
 use alloy_signer_local::PrivateKeySigner;
 
+/// Where the bench server answers its allocation counts.
+pub const ALLOCATIONS_PATH: &str = "/__bench/allocations";
+
 /// The line prefix the bench server prints once it listens.
 pub const LISTENING: &str = "listening on http://";
 
@@ -31,4 +34,20 @@ pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .ok()
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(default)
+}
+
+/// Resolves on SIGTERM or ctrl-c: the servers' graceful shutdown.
+pub async fn stop_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
+    }
 }

@@ -86,6 +86,12 @@ pub enum FacilitatorConfig {
         /// Its base URL: `https://`, or `http://` to a loopback host only.
         url: String,
     },
+    /// Several hosted facilitators, the first the primary, behind
+    /// `x402_core::facilitator::FailoverFacilitator` (`FACILITATOR_URLS`).
+    Failover {
+        /// Their base URLs, in order (each as for [`Http`](Self::Http)).
+        urls: Vec<String>,
+    },
 }
 
 impl std::fmt::Debug for FacilitatorConfig {
@@ -102,6 +108,13 @@ impl std::fmt::Debug for FacilitatorConfig {
             Self::Http { url } => f
                 .debug_struct("Http")
                 .field("url", &redact_url(url))
+                .finish(),
+            Self::Failover { urls } => f
+                .debug_struct("Failover")
+                .field(
+                    "urls",
+                    &urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(),
+                )
                 .finish(),
         }
     }
@@ -169,8 +182,12 @@ pub struct Config {
     /// The facilitator.
     pub facilitator: FacilitatorConfig,
     /// Redis for replay claims, sessions and the webhook outbox (`REDIS_URL`);
-    /// in memory (one process) when unset.
+    /// in memory (one process) when unset and no cluster is given.
     pub redis_url: Option<String>,
+    /// A Redis Cluster for the same stores instead (`REDIS_CLUSTER_URLS`:
+    /// node URLs, comma-separated; some nodes are enough, the others are
+    /// found from them). Empty when unset; never set with `redis_url`.
+    pub redis_cluster_urls: Vec<String>,
     /// Where settlement webhooks go (`WEBHOOK_URL`) and their secret
     /// (`WEBHOOK_SECRET`, `whsec_...`).
     pub webhook: Option<(String, String)>,
@@ -189,6 +206,14 @@ impl std::fmt::Debug for Config {
             .field("asset", &self.asset)
             .field("facilitator", &self.facilitator)
             .field("redis_url", &self.redis_url.as_deref().map(redact_url))
+            .field(
+                "redis_cluster_urls",
+                &self
+                    .redis_cluster_urls
+                    .iter()
+                    .map(|url| redact_url(url))
+                    .collect::<Vec<_>>(),
+            )
             .field(
                 "webhook",
                 &self
@@ -219,6 +244,7 @@ impl Config {
             },
             facilitator: FacilitatorConfig::DevLedger { fund: Vec::new() },
             redis_url: None,
+            redis_cluster_urls: Vec::new(),
             webhook: None,
         }
     }
@@ -237,7 +263,13 @@ impl Config {
     ///   refuses it); else `EVM_RPC_URL` + `FACILITATOR_EVM_PRIVATE_KEY`:
     ///   the in-process facilitator on that chain; else the dev ledger, with
     ///   `DEV_FUND=0xPAYER=AMOUNT,...` (atomic units) credited at start-up;
-    /// - `REDIS_URL` (unset: in-memory stores);
+    ///   `FACILITATOR_URLS` (`https://a,https://b`, instead of
+    ///   `FACILITATOR_URL`): several facilitators, tried in order with
+    ///   failover;
+    /// - `REDIS_URL`: one Redis server for replay claims, sessions and the
+    ///   webhook outbox, shared by every instance; or `REDIS_CLUSTER_URLS`
+    ///   (`redis://host:port,redis://host:port,...`): a Redis Cluster for the
+    ///   same (unset: in-memory stores, one process);
     /// - `WEBHOOK_URL` + `WEBHOOK_SECRET`.
     pub fn from_env() -> Result<Self, Error> {
         Self::from_lookup(|name| env::var(name).ok().filter(|v| !v.trim().is_empty()))
@@ -294,7 +326,24 @@ impl Config {
             }
         };
 
+        let facilitator_urls: Vec<String> = var("FACILITATOR_URLS")
+            .map(|list| {
+                list.split(',')
+                    .map(str::trim)
+                    .filter(|url| !url.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !facilitator_urls.is_empty() && var("FACILITATOR_URL").is_some() {
+            return Err(config_error(
+                "set FACILITATOR_URL (one facilitator) or FACILITATOR_URLS (several, in order), not both",
+            ));
+        }
         config.facilitator = match (var("FACILITATOR_URL"), var("EVM_RPC_URL")) {
+            _ if !facilitator_urls.is_empty() => FacilitatorConfig::Failover {
+                urls: facilitator_urls,
+            },
             (Some(url), _) => FacilitatorConfig::Http { url },
             (None, Some(rpc_url)) => FacilitatorConfig::Chain {
                 rpc_url,
@@ -311,6 +360,20 @@ impl Config {
         };
 
         config.redis_url = var("REDIS_URL");
+        config.redis_cluster_urls = var("REDIS_CLUSTER_URLS")
+            .map(|list| {
+                list.split(',')
+                    .map(str::trim)
+                    .filter(|url| !url.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if config.redis_url.is_some() && !config.redis_cluster_urls.is_empty() {
+            return Err(config_error(
+                "set REDIS_URL (one Redis server) or REDIS_CLUSTER_URLS (a Redis Cluster), not both",
+            ));
+        }
         config.webhook = match (var("WEBHOOK_URL"), var("WEBHOOK_SECRET")) {
             (Some(url), Some(secret)) => Some((url, secret)),
             (None, None) => None,
@@ -392,6 +455,42 @@ mod tests {
     }
 
     #[test]
+    fn several_facilitators_in_order() {
+        let several = Config::from_lookup(|k| {
+            (k == "FACILITATOR_URLS").then(|| " https://a.example, https://b.example/x402 ,".into())
+        });
+        assert!(matches!(
+            several.map(|c| c.facilitator),
+            Ok(FacilitatorConfig::Failover { urls })
+                if urls == ["https://a.example", "https://b.example/x402"]
+        ));
+        let both = Config::from_lookup(|k| match k {
+            "FACILITATOR_URL" | "FACILITATOR_URLS" => Some("https://a.example".into()),
+            _ => None,
+        });
+        assert!(matches!(both, Err(e) if e.to_string().contains("not both")));
+    }
+
+    #[test]
+    fn redis_is_one_server_or_a_cluster() {
+        let cluster = Config::from_lookup(|k| {
+            (k == "REDIS_CLUSTER_URLS")
+                .then(|| " redis://10.0.0.1:7000, redis://10.0.0.2:7000 ,,".into())
+        });
+        assert!(matches!(
+            cluster,
+            Ok(c) if c.redis_cluster_urls == ["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]
+                && c.redis_url.is_none()
+        ));
+        let both = Config::from_lookup(|k| match k {
+            "REDIS_URL" => Some("redis://10.0.0.1:6379".into()),
+            "REDIS_CLUSTER_URLS" => Some("redis://10.0.0.1:7000".into()),
+            _ => None,
+        });
+        assert!(matches!(both, Err(e) if e.to_string().contains("not both")));
+    }
+
+    #[test]
     fn urls_are_cut_to_scheme_host_and_port() {
         for (url, shown) in [
             (
@@ -421,6 +520,7 @@ mod tests {
                 private_key: key.into(),
             },
             redis_url: Some("redis://:redispw@redis.example:6379".into()),
+            redis_cluster_urls: vec!["redis://:clusterpw@node.example:7000".into()],
             webhook: Some((
                 "https://hooks.example/in?token=HOOKTOKEN".into(),
                 "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
@@ -434,6 +534,7 @@ mod tests {
             "RPCKEY",
             "RPCQ",
             "redispw",
+            "clusterpw",
             "HOOKTOKEN",
             "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
         ] {
@@ -442,6 +543,7 @@ mod tests {
         for shown in [
             "https://rpc.example",
             "redis://redis.example:6379",
+            "redis://node.example:7000",
             "https://hooks.example",
         ] {
             assert!(debug.contains(shown), "{shown} not in {debug}");
@@ -450,6 +552,14 @@ mod tests {
             url: "https://k:FACPW@f.example/api?key=FACQ".into(),
         };
         let debug = format!("{http:?}");
+        assert!(
+            !debug.contains("FACPW") && !debug.contains("FACQ"),
+            "{debug}"
+        );
+        let failover = FacilitatorConfig::Failover {
+            urls: vec!["https://k:FACPW@f.example/api?key=FACQ".into()],
+        };
+        let debug = format!("{failover:?}");
         assert!(
             !debug.contains("FACPW") && !debug.contains("FACQ"),
             "{debug}"

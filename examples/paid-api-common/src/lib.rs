@@ -42,8 +42,9 @@
 //!
 //! Configuration comes from the environment ([`Config::from_env`] lists the
 //! variables): `PORT` (default 4021), `HOST` (default 127.0.0.1),
-//! `PUBLIC_URL`, `EVM_*`, `FACILITATOR_URL`, `EVM_RPC_URL` +
-//! `FACILITATOR_EVM_PRIVATE_KEY`, `DEV_FUND`, `REDIS_URL`, `WEBHOOK_URL` +
+//! `PUBLIC_URL`, `EVM_*`, `FACILITATOR_URL` (or `FACILITATOR_URLS`), `EVM_RPC_URL` +
+//! `FACILITATOR_EVM_PRIVATE_KEY`, `DEV_FUND`, `REDIS_URL` (or
+//! `REDIS_CLUSTER_URLS`), `WEBHOOK_URL` +
 //! `WEBHOOK_SECRET`. With nothing set, the server runs offline on an
 //! in-memory **dev ledger** (fake balances on a testnet, never a mainnet).
 //!

@@ -7,10 +7,11 @@ use tokio::sync::{watch, Mutex};
 use x402_core::{
     claim::{RedisClaimStore, ReplayGuard},
     discovery::OpenApiInfo,
-    facilitator::HttpFacilitator,
+    facilitator::{FailoverFacilitator, HttpFacilitator},
     local::{ChainLedger, DevLedger, LocalFacilitator},
     money::AtomicAmount,
     network,
+    paywall::PaywallTheme,
     session::{RedisSessionStore, SessionOffer},
     webhook::{outbox::RedisOutbox, WebhookSecret, Webhooks},
     Engine, Facilitator, Offer, Route,
@@ -40,6 +41,19 @@ async fn facilitator(
             ),
             None,
         ),
+        // Each URL as for FACILITATOR_URL; members are named by position
+        // (logs and metrics never show the URLs).
+        FacilitatorConfig::Failover { urls } => {
+            let mut failover = FailoverFacilitator::builder();
+            for (i, url) in urls.iter().enumerate() {
+                let member = HttpFacilitator::new(url).map_err(|e| {
+                    Error::Facilitator(format!("FACILITATOR_URLS, URL {}: {e}", i + 1))
+                })?;
+                failover = failover.member(format!("facilitator-{}", i + 1), member);
+            }
+            let failover = failover.build().map_err(|e| facilitator_error(&e))?;
+            (Arc::new(failover), None)
+        }
         FacilitatorConfig::Chain {
             rpc_url,
             private_key,
@@ -125,19 +139,38 @@ fn routes(config: &Config) -> Vec<Route> {
 /// ([`AppState::close_enabled`]) is decided from `config.host`.
 pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
     let (facilitator, dev_ledger) = facilitator(config).await?;
+    // The browser paywall shows prices in dollars: tell it the configured
+    // token's decimals (it knows the networks' own USDC already).
+    let asset = config.asset.address.to_checksum(None);
     let mut engine = Engine::builder_arc(facilitator)
         .routes(routes(config))
-        .public_origin(config.public_origin());
+        .public_origin(config.public_origin())
+        .paywall_page(
+            PaywallTheme::new()
+                .seller("x402 paid-api example")
+                .stablecoin(&config.network, &asset, config.asset.decimals),
+        );
 
     // One process: claims and sessions in memory (the defaults). Several
-    // instances behind a load balancer must share Redis.
+    // instances behind a load balancer must share Redis: one server
+    // (REDIS_URL) or a Redis Cluster (REDIS_CLUSTER_URLS).
+    let redis = |e: &dyn std::fmt::Display| Error::Redis(e.to_string());
+    let cluster = &config.redis_cluster_urls;
     if let Some(url) = &config.redis_url {
-        let claims = RedisClaimStore::connect(url)
-            .await
-            .map_err(|e| Error::Redis(e.to_string()))?;
+        let claims = RedisClaimStore::connect(url).await.map_err(|e| redis(&e))?;
         let sessions = RedisSessionStore::connect(url)
             .await
-            .map_err(|e| Error::Redis(e.to_string()))?;
+            .map_err(|e| redis(&e))?;
+        engine = engine
+            .replay_guard(ReplayGuard::new(claims))
+            .session_store(sessions);
+    } else if !cluster.is_empty() {
+        let claims = RedisClaimStore::connect_cluster(cluster)
+            .await
+            .map_err(|e| redis(&e))?;
+        let sessions = RedisSessionStore::connect_cluster(cluster)
+            .await
+            .map_err(|e| redis(&e))?;
         engine = engine
             .replay_guard(ReplayGuard::new(claims))
             .session_store(sessions);
@@ -149,10 +182,13 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
         let secret = WebhookSecret::parse(secret)
             .map_err(|e| config_error(format!("WEBHOOK_SECRET: {e}")))?;
         let mut builder = Webhooks::builder(url, [secret]);
-        if let Some(redis) = &config.redis_url {
-            let outbox = RedisOutbox::connect(redis)
+        if let Some(url) = &config.redis_url {
+            let outbox = RedisOutbox::connect(url).await.map_err(|e| redis(&e))?;
+            builder = builder.outbox(outbox);
+        } else if !cluster.is_empty() {
+            let outbox = RedisOutbox::connect_cluster(cluster)
                 .await
-                .map_err(|e| Error::Redis(e.to_string()))?;
+                .map_err(|e| redis(&e))?;
             builder = builder.outbox(outbox);
         }
         let webhooks = builder

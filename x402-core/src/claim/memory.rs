@@ -5,11 +5,40 @@ use std::{
     time::SystemTime,
 };
 
+use alloy_primitives::keccak256;
 use async_trait::async_trait;
 
 use super::{ClaimStore, ClaimStoreError, Claimed};
 use crate::swept::SweptMap;
 use crate::unix::secs as unix_secs;
+
+/// What a claim is stored under: the first 16 bytes of the key's
+/// Keccak-256. Two keys share a digest with probability about 2⁻¹²⁸ per
+/// pair (2⁻⁶⁴ only after 2³² live claims), far below any other failure.
+type Digest = [u8; 16];
+
+/// When a claim expires, in whole Unix seconds rounded up (so a claim never
+/// ends early); `u32` lasts until 2106, and later times are kept as its
+/// maximum (the claim then outlives its expiry, which a store may).
+type Until = u32;
+
+fn digest(key: &str) -> Digest {
+    let hash = keccak256(key.as_bytes());
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&hash[..16]);
+    out
+}
+
+fn until(t: SystemTime) -> Until {
+    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    Until::try_from(secs).unwrap_or(Until::MAX)
+}
+
+/// Whole seconds of `now`, for comparing with an [`Until`].
+fn now_secs(now: SystemTime) -> u64 {
+    unix_secs(now)
+}
 
 /// Replay claims in this process's memory: the default store.
 ///
@@ -22,6 +51,11 @@ use crate::unix::secs as unix_secs;
 /// ones arrive, whenever the map has doubled since the last sweep, so memory
 /// stays proportional to the claims that are still live (amortised O(1) per
 /// claim).
+///
+/// A claim takes 20 bytes of table plus hashing overhead, about 40 to 50
+/// bytes in all ([`heap_bytes`](Self::heap_bytes)): the key is kept as a
+/// 16-byte digest (the first half of its Keccak-256) and the expiry as whole
+/// seconds, not as strings.
 ///
 /// ```
 /// use std::time::{Duration, SystemTime};
@@ -57,6 +91,13 @@ impl MemoryClaimStore {
         self.len() == 0
     }
 
+    /// The heap memory the claims take now: the hash table's buckets (each
+    /// a digest, an expiry and a control byte) for the capacity it holds.
+    pub fn heap_bytes(&self) -> usize {
+        let claims = self.lock();
+        table_bytes(claims.map.capacity())
+    }
+
     /// Drops every expired claim now (claims are also swept as new ones
     /// arrive; calling this is never needed for correctness).
     pub fn purge_expired(&self) {
@@ -77,34 +118,54 @@ impl ClaimStore for MemoryClaimStore {
     }
 
     async fn release(&self, key: &str) -> Result<(), ClaimStoreError> {
-        self.lock().map.remove(key);
+        let key = digest(key);
+        self.lock().map.remove(&key);
         Ok(())
     }
 }
 
+/// The bytes of a hashbrown table that holds `capacity` entries: a power of
+/// two of buckets at most 7/8 full, each an entry and a control byte.
+fn table_bytes(capacity: usize) -> usize {
+    if capacity == 0 {
+        return 0;
+    }
+    let buckets = if capacity < 8 {
+        capacity.next_power_of_two().max(4)
+    } else {
+        (capacity.saturating_mul(8) / 7).next_power_of_two()
+    };
+    buckets.saturating_mul(std::mem::size_of::<(Digest, Until)>() + 1)
+}
+
 #[derive(Debug, Default)]
 struct Claims {
-    /// Key → when the claim expires.
-    map: SweptMap<String, SystemTime>,
+    /// Key digest → when the claim expires.
+    map: SweptMap<Digest, Until>,
 }
 
 impl Claims {
     fn claim(&mut self, key: &str, expires_at: SystemTime, now: SystemTime) -> Claimed {
-        if let Some(until) = self.map.get_mut(key) {
-            if *until > now {
+        let key = digest(key);
+        let expires = until(expires_at);
+        let now = now_secs(now);
+        let live = |until: &Until| u64::from(*until) > now;
+        if let Some(until) = self.map.get_mut(&key) {
+            if live(until) {
                 return Claimed::AlreadyClaimed;
             }
-            *until = expires_at;
+            *until = expires;
             return Claimed::Claimed;
         }
-        self.map.make_room(unix_secs(now), |until| *until > now);
-        self.map.insert(key.to_owned(), expires_at);
+        self.map.make_room(now, live);
+        self.map.insert(key, expires);
         Claimed::Claimed
     }
 
     /// Drops expired claims.
     fn sweep(&mut self, now: SystemTime) {
-        self.map.sweep(unix_secs(now), |until| *until > now);
+        let now = now_secs(now);
+        self.map.sweep(now, |until| u64::from(*until) > now);
     }
 }
 
@@ -177,5 +238,35 @@ mod tests {
         assert_eq!(claims.map.len(), 1);
         claims.sweep(later + Duration::from_secs(10));
         assert!(claims.map.is_empty());
+    }
+
+    #[test]
+    fn a_claim_never_ends_early() {
+        let mut claims = Claims::default();
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        // Expires half a second in: rounded up to the next second.
+        let expiry = now + Duration::from_millis(500);
+        assert_eq!(claims.claim("k", expiry, now), Claimed::Claimed);
+        assert_eq!(
+            claims.claim("k", expiry, now + Duration::from_millis(499)),
+            Claimed::AlreadyClaimed
+        );
+        assert_eq!(
+            claims.claim("k", expiry, now + Duration::from_secs(1)),
+            Claimed::Claimed
+        );
+        // Beyond 2106: kept as long as a u32 can say, not wrapped.
+        let far = SystemTime::UNIX_EPOCH + Duration::from_secs(u64::from(u32::MAX) + 10);
+        assert_eq!(until(far), u32::MAX);
+    }
+
+    #[test]
+    fn the_accounting_matches_the_table() {
+        // A claim is a 16-byte digest and a 4-byte expiry, plus a control byte.
+        assert_eq!(std::mem::size_of::<(Digest, Until)>(), 20);
+        assert_eq!(table_bytes(0), 0);
+        assert_eq!(table_bytes(3), 4 * 21);
+        assert_eq!(table_bytes(14), 16 * 21);
+        assert_eq!(table_bytes(917_504), (1 << 20) * 21);
     }
 }

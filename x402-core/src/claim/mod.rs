@@ -100,7 +100,7 @@ mod redis;
 mod tests;
 
 #[cfg(feature = "redis")]
-pub use self::redis::RedisClaimStore;
+pub use self::redis::{RedisClaimStore, DEFAULT_REPLICA_WAIT};
 pub use guard::ReplayGuard;
 pub use key::{
     claim_key, claim_key_at, ClaimKey, ClaimKeyError, CLAIM_GRACE, MAX_AUTHORIZATION_LIFETIME,

@@ -302,7 +302,7 @@ impl Engine {
         Decision::Paid(Box::new(PaidRequest {
             engine: self.clone(),
             route: compiled.clone(),
-            payment,
+            payment: Arc::new(payment),
             finished: false,
             kind: paid::Kind::Payment(Box::new(paid::PaymentState {
                 request: request_body,
@@ -402,7 +402,7 @@ impl Engine {
         Ok(Box::new(PaidRequest {
             engine: self.clone(),
             route: compiled.clone(),
-            payment,
+            payment: Arc::new(payment),
             finished: false,
             kind: paid::Kind::Session {
                 token: hash,

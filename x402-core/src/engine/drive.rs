@@ -5,11 +5,13 @@
 use std::{
     fmt,
     future::{Future, IntoFuture},
+    panic::AssertUnwindSafe,
     pin::Pin,
     sync::{
         atomic::{AtomicUsize, Ordering},
         Arc,
     },
+    task::Poll,
     time::Duration,
 };
 
@@ -184,6 +186,27 @@ pub(super) struct InFlight {
 /// Counts one task of [`InFlight`] while it lives.
 struct Tracked(Engine);
 
+/// Work started in a caller's task: if the caller is dropped first, the
+/// rest of it is spawned (with its place in the in-flight count).
+struct HandOff<F: Future + Send + 'static> {
+    work: Option<Pin<Box<F>>>,
+    tracked: Option<Tracked>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl<F: Future + Send + 'static> Drop for HandOff<F> {
+    fn drop(&mut self) {
+        if let Some(work) = self.work.take() {
+            let tracked = self.tracked.take();
+            self.runtime.spawn(async move {
+                let _tracked = tracked;
+                // Nobody is left to take the outcome.
+                let _ = work.await;
+            });
+        }
+    }
+}
+
 impl Tracked {
     fn new(engine: &Engine) -> Self {
         engine.inner.in_flight.count.fetch_add(1, Ordering::SeqCst);
@@ -213,10 +236,13 @@ impl Engine {
         }
     }
 
-    /// Runs `work` on a task of its own, counted by [`drain`](Self::drain),
-    /// and waits for it: dropping the caller does not stop it. `None` if the
-    /// task failed (panicked, or its runtime shut down). Without a Tokio
-    /// runtime, runs it here.
+    /// Runs `work` to completion, counted by [`drain`](Self::drain): here,
+    /// in the caller's task, and if the caller is dropped before it is done
+    /// (the client hung up), the rest of it on a task of its own, so that
+    /// dropping the caller never stops it. Running here costs no task
+    /// switch on the common path, where nobody hangs up. `None` if it
+    /// panicked. Without a Tokio runtime it runs here and is stopped with
+    /// its caller.
     pub(super) async fn run_to_completion<F>(&self, work: F) -> Option<F::Output>
     where
         F: Future + Send + 'static,
@@ -225,14 +251,29 @@ impl Engine {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return Some(work.await);
         };
-        let tracked = Tracked::new(self);
-        runtime
-            .spawn(async move {
-                let _tracked = tracked;
-                work.await
-            })
-            .await
-            .ok()
+        let mut handoff = HandOff {
+            work: Some(Box::pin(work)),
+            tracked: Some(Tracked::new(self)),
+            runtime,
+        };
+        std::future::poll_fn(|cx| {
+            let Some(work) = handoff.work.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match std::panic::catch_unwind(AssertUnwindSafe(|| work.as_mut().poll(cx))) {
+                Ok(Poll::Pending) => Poll::Pending,
+                Ok(Poll::Ready(output)) => {
+                    handoff.work = None;
+                    Poll::Ready(Some(output))
+                }
+                Err(_panic) => {
+                    // A panicked future is never polled again.
+                    handoff.work = None;
+                    Poll::Ready(None)
+                }
+            }
+        })
+        .await
     }
 
     /// Runs `work` on a task of its own, counted by [`drain`](Self::drain),

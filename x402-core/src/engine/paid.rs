@@ -2,6 +2,7 @@
 //! receipt, and what happens when the client goes away.
 
 use std::{
+    borrow::Cow,
     fmt,
     sync::Arc,
     time::{Duration, Instant},
@@ -51,7 +52,8 @@ use crate::{
 pub struct PaidRequest {
     pub(super) engine: Engine,
     pub(super) route: Arc<CompiledRoute>,
-    pub(super) payment: VerifiedPayment,
+    /// Shared with the settlement task, which outlives this request.
+    pub(super) payment: Arc<VerifiedPayment>,
     pub(super) finished: bool,
     pub(super) kind: Kind,
 }
@@ -440,7 +442,7 @@ impl Drop for PaidRequest {
 struct Settlement {
     engine: Engine,
     route: Arc<CompiledRoute>,
-    payment: VerifiedPayment,
+    payment: Arc<VerifiedPayment>,
     state: Box<PaymentState>,
     charge: Option<AtomicAmount>,
 }
@@ -475,11 +477,15 @@ impl Settlement {
     async fn run(self) -> Result<HeaderMap, EngineResponse> {
         let state = &self.state;
         let charge = self.charge;
-        let mut settle_request = state.request.clone();
-        if let Some(charge) = charge {
-            settle_request.payment_requirements =
-                settle_request.payment_requirements.with_amount(charge);
-        }
+        // The verified request as it is, or with the `upto` charge.
+        let settle_request = match charge {
+            None => Cow::Borrowed(&state.request),
+            Some(charge) => {
+                let mut request = state.request.clone();
+                request.payment_requirements = request.payment_requirements.with_amount(charge);
+                Cow::Owned(request)
+            }
+        };
         let ctx = PaymentContext {
             route: self.route.route.pattern(),
             payload: &settle_request.payment_payload,

@@ -6,7 +6,7 @@ use http::{header, HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 pub use crate::refusal::Refusal;
 use crate::{
     challenge, codec, network,
-    paywall::PaywallPage,
+    paywall::{ContentSecurityPolicy, CspNonce, PaywallPage},
     proto::{v2, JsonObject, SettleResponse, X402Version},
 };
 
@@ -95,7 +95,9 @@ pub(crate) fn challenge_response(encoded: &EncodedChallenge) -> EngineResponse {
     response
 }
 
-/// The HTML paywall for browsers, still a 402 with the v2 header.
+/// The HTML paywall for browsers, still a 402 with the v2 header, sent with
+/// the page's `Content-Security-Policy` for a nonce made for this response
+/// (a policy that is no header value is replaced by the strict default).
 pub(crate) fn paywall_response(
     parts: &ChallengeParts<'_>,
     encoded: &EncodedChallenge,
@@ -107,10 +109,23 @@ pub(crate) fn paywall_response(
         parts.extensions,
         "payment_required",
     );
-    let html = paywall.html(&v2);
-    base(StatusCode::PAYMENT_REQUIRED)
+    let nonce = CspNonce::generate();
+    let html = paywall.html_with_nonce(&v2, &nonce);
+    let mut response = base(StatusCode::PAYMENT_REQUIRED)
         .header(codec::PAYMENT_REQUIRED, encoded.header.clone())
         .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
+        .header(header::X_CONTENT_TYPE_OPTIONS, "nosniff")
+        .header(header::REFERRER_POLICY, "no-referrer");
+    if let Some(policy) = paywall.content_security_policy(&nonce) {
+        let value = HeaderValue::try_from(policy).unwrap_or_else(|_| {
+            tracing::warn!("the paywall page's Content-Security-Policy is no header value; sending the strict default");
+            // The strict policy is ASCII: base64url nonce and fixed text.
+            HeaderValue::try_from(ContentSecurityPolicy::strict(&nonce))
+                .unwrap_or(HeaderValue::from_static("default-src 'none'"))
+        });
+        response = response.header(header::CONTENT_SECURITY_POLICY, value);
+    }
+    response
         .body(Bytes::from(html))
         .unwrap_or_else(|_| fallback())
 }

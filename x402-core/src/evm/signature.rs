@@ -1,6 +1,6 @@
 //! Recovering the signer of an EIP-712 digest from a 65-byte ECDSA signature.
 
-use alloy_primitives::{uint, Address, Signature, B256, U256};
+use alloy_primitives::{uint, Address, B256, U256};
 
 /// The order `n` of the secp256k1 group.
 const SECP256K1_N: U256 =
@@ -47,7 +47,60 @@ pub fn recover_signer(digest: B256, signature: &[u8]) -> Result<Address, Signatu
     if s > SECP256K1_HALF_N {
         return Err(SignatureError::HighS);
     }
-    Signature::new(r, s, y_parity)
+    recover_prehash(digest, bytes, r, s, y_parity)
+}
+
+/// The recovery itself, by libsecp256k1 (feature `libsecp256k1`, on by
+/// default; several times faster than the pure-Rust `k256`, and this is most
+/// of a paid request's CPU when payments are checked in process).
+#[cfg(feature = "libsecp256k1")]
+fn recover_prehash(
+    digest: B256,
+    bytes: &[u8; EOA_SIGNATURE_LEN],
+    _r: U256,
+    _s: U256,
+    y_parity: bool,
+) -> Result<Address, SignatureError> {
+    use secp256k1::{
+        ecdsa::{RecoverableSignature, RecoveryId},
+        Message, Secp256k1, VerifyOnly,
+    };
+    use std::sync::OnceLock;
+
+    static CONTEXT: OnceLock<Secp256k1<VerifyOnly>> = OnceLock::new();
+    let context = CONTEXT.get_or_init(Secp256k1::verification_only);
+    let id = if y_parity {
+        RecoveryId::One
+    } else {
+        RecoveryId::Zero
+    };
+    let signature = RecoverableSignature::from_compact(&bytes[..64], id)
+        .map_err(|_| SignatureError::Unrecoverable)?;
+    let key = context
+        .recover_ecdsa(Message::from_digest(digest.0), &signature)
+        .map_err(|_| SignatureError::Unrecoverable)?;
+    let uncompressed = key.serialize_uncompressed();
+    Ok(Address::from_raw_public_key(&uncompressed[1..]))
+}
+
+/// The recovery itself, by the pure-Rust `k256` (without the
+/// `libsecp256k1` feature).
+#[cfg(not(feature = "libsecp256k1"))]
+fn recover_prehash(
+    digest: B256,
+    _bytes: &[u8; EOA_SIGNATURE_LEN],
+    r: U256,
+    s: U256,
+    y_parity: bool,
+) -> Result<Address, SignatureError> {
+    recover_k256(digest, r, s, y_parity)
+}
+
+/// Recovery by `k256` (also the reference the libsecp256k1 path is tested
+/// against).
+#[cfg(any(test, not(feature = "libsecp256k1")))]
+fn recover_k256(digest: B256, r: U256, s: U256, y_parity: bool) -> Result<Address, SignatureError> {
+    alloy_primitives::Signature::new(r, s, y_parity)
         .recover_address_from_prehash(&digest)
         .map_err(|_| SignatureError::Unrecoverable)
 }
@@ -90,7 +143,7 @@ pub enum SignatureError {
 
 #[cfg(test)]
 mod tests {
-    use alloy_primitives::{b256, hex};
+    use alloy_primitives::{b256, hex, Signature};
     use proptest::prelude::*;
 
     use super::*;
@@ -204,6 +257,37 @@ mod tests {
             sig in prop::collection::vec(any::<u8>(), 0..100),
         ) {
             let _ = recover_signer(B256::from(digest), &sig);
+        }
+
+        /// Both backends recover the same signer from any signature by a
+        /// key, and refuse (or accept) the same random bytes.
+        #[test]
+        fn backends_agree(
+            key in any::<[u8; 32]>(),
+            digest in any::<[u8; 32]>(),
+            noise in prop::collection::vec(any::<u8>(), 65..=65),
+        ) {
+            use alloy_signer::SignerSync as _;
+            let digest = B256::from(digest);
+            if let Ok(signer) = alloy_signer_local::PrivateKeySigner::from_bytes(&key.into()) {
+                let signature = signer.sign_hash_sync(&digest).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let bytes = signature.as_bytes();
+                prop_assert_eq!(recover_signer(digest, &bytes), Ok(signer.address()));
+            }
+            let mut bytes = [0u8; 65];
+            bytes.copy_from_slice(&noise);
+            bytes[64] = 27 + (bytes[64] & 1);
+            let via_k256 = {
+                let (r, s) = (U256::from_be_slice(&bytes[..32]), U256::from_be_slice(&bytes[32..64]));
+                if r.is_zero() || s.is_zero() || r >= SECP256K1_N || s > SECP256K1_HALF_N {
+                    None
+                } else {
+                    Some(recover_k256(digest, r, s, bytes[64] == 28))
+                }
+            };
+            if let Some(expected) = via_k256 {
+                prop_assert_eq!(recover_signer(digest, &bytes), expected);
+            }
         }
 
         #[test]

@@ -1,7 +1,6 @@
 #![doc = include_str!("http/README.md")]
 
 use std::{
-    collections::BTreeMap,
     fmt,
     future::Future,
     sync::Arc,
@@ -9,18 +8,19 @@ use std::{
 };
 
 use async_trait::async_trait;
-use http::{header, HeaderMap, HeaderValue, StatusCode};
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Uri};
 use reqwest::{Client, Url};
-use serde::Deserialize;
-use serde_json::Value;
 
 use super::{Facilitator, FacilitatorError, FacilitatorHealth};
-use crate::capped::{read_capped, truncate_chars};
-use crate::proto::{
-    FacilitatorRequest, JsonObject, SettleResponse, SupportedKind, SupportedResponse,
-    VerifyResponse,
-};
+use crate::capped::read_capped;
+use crate::proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse};
 
+/// The `User-Agent` of every call.
+const USER_AGENT: &str = concat!("x402-core/", env!("CARGO_PKG_VERSION"));
+/// The initial room for a `/verify` or `/settle` body (an EIP-3009 payment
+/// and its requirement take about 2 kB).
+const REQUEST_BODY_CAPACITY: usize = 4096;
 /// The default deadline of one request.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default lifetime of a cached `/supported` answer.
@@ -158,6 +158,13 @@ pub struct HttpFacilitator {
 
 struct Inner {
     client: Client,
+    /// The transport calls go through, when reqwest is not needed (see
+    /// [`transport`]).
+    transport: Option<Transport>,
+    /// The endpoints' paths and queries, for the transport.
+    verify_target: Uri,
+    settle_target: Uri,
+    supported_target: Uri,
     /// The base URL with credentials, query and fragment left out, for logs.
     display_url: String,
     verify_url: Url,
@@ -220,6 +227,40 @@ impl HttpFacilitator {
         body: Option<&FacilitatorRequest>,
     ) -> Result<Reply, FacilitatorError> {
         let inner = &*self.inner;
+        if let Some(transport) = &inner.transport {
+            let exchange = async {
+                let target = match endpoint {
+                    Endpoint::Verify => &inner.verify_target,
+                    Endpoint::Settle => &inner.settle_target,
+                    Endpoint::Supported => &inner.supported_target,
+                };
+                let body = body
+                    .map(|b| {
+                        // Sized for a typical request: no regrowth.
+                        let mut out = Vec::with_capacity(REQUEST_BODY_CAPACITY);
+                        serde_json::to_writer(&mut out, b).map(|()| Bytes::from(out))
+                    })
+                    .transpose()
+                    .map_err(|e| FacilitatorError::Transport(Box::new(e)))?;
+                let extra = match &inner.auth {
+                    Some(auth) => Some(auth.headers(endpoint).await?),
+                    None => None,
+                };
+                let answer = transport
+                    .call(target, body, extra, MAX_BODY_BYTES)
+                    .await
+                    .map_err(|e| FacilitatorError::Transport(Box::new(e)))?;
+                Ok(Reply {
+                    status: answer.status,
+                    body: answer.body,
+                    truncated: answer.truncated,
+                })
+            };
+            return match tokio::time::timeout(inner.timeout, exchange).await {
+                Ok(result) => result,
+                Err(_elapsed) => Err(FacilitatorError::Timeout),
+            };
+        }
         let exchange = async {
             let url = match endpoint {
                 Endpoint::Verify => &inner.verify_url,
@@ -426,12 +467,20 @@ impl HttpFacilitatorBuilder {
                 host: base.host_str().unwrap_or_default().to_owned(),
             });
         }
+        let transport = match &self.client {
+            // A caller's own client is used as given; a URL with credentials
+            // needs reqwest's basic authentication.
+            Some(_) => None,
+            None if !base.username().is_empty() || base.password().is_some() => None,
+            None => Transport::new(&base, USER_AGENT, self.connect_timeout)
+                .map_err(|e| HttpFacilitatorConfigError::InvalidUrl(e.to_string()))?,
+        };
         let client = match self.client {
             Some(client) => client,
             None => {
                 let mut builder = Client::builder()
                     .redirect(reqwest::redirect::Policy::none())
-                    .user_agent(concat!("x402-core/", env!("CARGO_PKG_VERSION")));
+                    .user_agent(USER_AGENT);
                 if let Some(connect_timeout) = self.connect_timeout {
                     builder = builder.connect_timeout(connect_timeout);
                 }
@@ -443,6 +492,10 @@ impl HttpFacilitatorBuilder {
         Ok(HttpFacilitator {
             inner: Arc::new(Inner {
                 client,
+                transport,
+                verify_target: endpoint_target(&base, Endpoint::Verify)?,
+                settle_target: endpoint_target(&base, Endpoint::Settle)?,
+                supported_target: endpoint_target(&base, Endpoint::Supported)?,
                 display_url: redacted_url(&base),
                 verify_url: endpoint_url(&base, Endpoint::Verify),
                 settle_url: endpoint_url(&base, Endpoint::Settle),
@@ -504,6 +557,16 @@ fn is_loopback_host(url: &Url) -> bool {
 
 /// `{base}/{endpoint}`, keeping the base's query (some hosted facilitators
 /// take an API key there).
+/// An endpoint's path and query, as the transport sends it.
+fn endpoint_target(base: &Url, endpoint: Endpoint) -> Result<Uri, HttpFacilitatorConfigError> {
+    let url = endpoint_url(base, endpoint);
+    let target = match url.query() {
+        Some(query) => format!("{}?{query}", url.path()),
+        None => url.path().to_owned(),
+    };
+    Uri::try_from(target).map_err(|e| HttpFacilitatorConfigError::InvalidUrl(e.to_string()))
+}
+
 fn endpoint_url(base: &Url, endpoint: Endpoint) -> Url {
     let mut url = base.clone();
     let path = format!("{}/{}", base.path().trim_end_matches('/'), endpoint.path());
@@ -532,59 +595,10 @@ fn redacted_url_text(text: &str) -> String {
     Url::parse(text.trim()).map_or_else(|_| "<invalid URL>".to_owned(), |url| redacted_url(&url))
 }
 
-/// A facilitator's reply.
-struct Reply {
-    status: StatusCode,
-    body: Vec<u8>,
-    /// The body was longer than [`MAX_BODY_BYTES`] and was cut.
-    truncated: bool,
-}
-
-impl Reply {
-    /// The body as a JSON object, if it is one (and was read whole).
-    fn json_object(&self) -> Option<JsonObject> {
-        if self.truncated {
-            return None;
-        }
-        match serde_json::from_slice(&self.body) {
-            Ok(Value::Object(object)) => Some(object),
-            _ => None,
-        }
-    }
-
-    /// A success reply's body as JSON.
-    fn success_json(&self, endpoint: Endpoint) -> Result<Value, FacilitatorError> {
-        if self.truncated {
-            return Err(FacilitatorError::Malformed(format!(
-                "/{endpoint} reply is larger than {MAX_BODY_BYTES} bytes"
-            )));
-        }
-        serde_json::from_slice(&self.body).map_err(|e| malformed(endpoint, &e))
-    }
-
-    /// The error for a non-success reply without a usable verdict.
-    fn status_error(&self, object: Option<&JsonObject>) -> FacilitatorError {
-        let from_json = object.and_then(|o| {
-            ["error", "message", "errorMessage"]
-                .iter()
-                .find_map(|key| o.get(*key).and_then(Value::as_str))
-                .map(str::to_owned)
-        });
-        let text = from_json.unwrap_or_else(|| String::from_utf8_lossy(&self.body).into_owned());
-        let text = text.trim();
-        FacilitatorError::Status {
-            status: self.status.as_u16(),
-            message: (!text.is_empty()).then(|| truncate_chars(text, MAX_LOG_MESSAGE_CHARS)),
-        }
-    }
-}
-
-fn malformed(endpoint: Endpoint, error: &serde_json::Error) -> FacilitatorError {
-    FacilitatorError::Malformed(format!("/{endpoint} reply: {error}"))
-}
-
 fn transport_error(error: reqwest::Error) -> FacilitatorError {
-    if error.is_timeout() {
+    // A connect timeout is a connection that never opened, not an exchange
+    // whose outcome is unknown.
+    if error.is_timeout() && !error.is_connect() {
         FacilitatorError::Timeout
     } else {
         // The URL may carry an API key in its query: keep it out of logs.
@@ -592,173 +606,11 @@ fn transport_error(error: reqwest::Error) -> FacilitatorError {
     }
 }
 
-/// The reason code of an `error` text `"<code>: <message>"` (or `"<code>"`),
-/// if it is snake_case (`^[a-z][a-z0-9_]*$`).
-fn reason_code(error: &str) -> Option<&str> {
-    let code = error.split_once(": ").map_or(error, |(code, _)| code);
-    let mut bytes = code.bytes();
-    let starts_lower = bytes.next().is_some_and(|b| b.is_ascii_lowercase());
-    let rest_ok = bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-    (starts_lower && rest_ok && code.len() <= MAX_REASON_CODE_LEN).then_some(code)
-}
-
-/// Statuses that say something about the facilitator or the seller's access
-/// to it, not about the payment: their `error` codes are never verdicts
-/// (unless the code starts with `invalid_`).
-fn is_access_status(status: StatusCode) -> bool {
-    matches!(status.as_u16(), 401 | 403 | 404 | 405 | 407 | 408 | 429)
-}
-
-fn verify_reply(reply: &Reply) -> Result<VerifyResponse, FacilitatorError> {
-    if reply.status.is_success() {
-        let json = reply.success_json(Endpoint::Verify)?;
-        return serde_json::from_value(json).map_err(|e| malformed(Endpoint::Verify, &e));
-    }
-    let object = reply.json_object();
-    if let Some(object) = &object {
-        if object.get("isValid") == Some(&Value::Bool(false)) {
-            if let Ok(verdict) = serde_json::from_value(Value::Object(object.clone())) {
-                return Ok(verdict);
-            }
-        }
-        if let Some(code) = object
-            .get("error")
-            .and_then(Value::as_str)
-            .and_then(reason_code)
-        {
-            let request_problem = reply.status.is_client_error() && !is_access_status(reply.status);
-            if request_problem || code.starts_with("invalid_") {
-                return Ok(VerifyResponse::invalid(code, None));
-            }
-        }
-    }
-    Err(reply.status_error(object.as_ref()))
-}
-
-/// Fixes harmless variations before reading a settle answer: `amount` as a
-/// JSON number, `null` for `transaction` or `amount`.
-fn normalize_settle(object: &mut JsonObject) {
-    match object.get("amount") {
-        Some(Value::Number(n)) => {
-            let text = n.to_string();
-            object.insert("amount".to_owned(), Value::String(text));
-        }
-        Some(Value::Null) => {
-            object.remove("amount");
-        }
-        _ => {}
-    }
-    if object.get("transaction").is_some_and(Value::is_null) {
-        object.remove("transaction");
-    }
-}
-
-fn settle_reply(reply: &Reply, network: &str) -> Result<SettleResponse, FacilitatorError> {
-    if reply.status.is_success() {
-        let mut json = reply.success_json(Endpoint::Settle)?;
-        if let Value::Object(object) = &mut json {
-            normalize_settle(object);
-        }
-        return serde_json::from_value(json).map_err(|e| malformed(Endpoint::Settle, &e));
-    }
-    let object = reply.json_object();
-    if let Some(object) = &object {
-        if object.get("success") == Some(&Value::Bool(false)) {
-            let mut object = object.clone();
-            normalize_settle(&mut object);
-            if !object.get("network").is_some_and(Value::is_string) {
-                object.insert("network".to_owned(), Value::String(network.to_owned()));
-            }
-            if let Ok(answer) = serde_json::from_value(Value::Object(object)) {
-                return Ok(answer);
-            }
-        }
-    }
-    Err(reply.status_error(object.as_ref()))
-}
-
-fn supported_reply(reply: &Reply) -> Result<SupportedResponse, FacilitatorError> {
-    #[derive(Deserialize)]
-    struct Wire {
-        kinds: Vec<Value>,
-        #[serde(default)]
-        extensions: Option<Vec<String>>,
-        #[serde(default)]
-        signers: Option<BTreeMap<String, Vec<String>>>,
-    }
-
-    if !reply.status.is_success() {
-        return Err(reply.status_error(reply.json_object().as_ref()));
-    }
-    let json = reply.success_json(Endpoint::Supported)?;
-    let wire: Wire =
-        serde_json::from_value(json).map_err(|e| malformed(Endpoint::Supported, &e))?;
-    let mut kinds = Vec::with_capacity(wire.kinds.len());
-    for kind in wire.kinds {
-        // Kinds of protocol versions this crate does not speak are skipped.
-        let version = kind.get("x402Version").and_then(Value::as_u64);
-        if version.is_some_and(|v| crate::proto::X402Version::from_number(v).is_none()) {
-            continue;
-        }
-        kinds.push(
-            serde_json::from_value::<SupportedKind>(kind)
-                .map_err(|e| malformed(Endpoint::Supported, &e))?,
-        );
-    }
-    Ok(SupportedResponse {
-        kinds,
-        extensions: wire.extensions.unwrap_or_default(),
-        signers: wire.signers.unwrap_or_default(),
-    })
-}
-
-fn same_address(a: &str, b: &str) -> bool {
-    if a.starts_with("0x") && b.starts_with("0x") {
-        a.eq_ignore_ascii_case(b)
-    } else {
-        a == b
-    }
-}
-
-/// Keeps the cached signer values of each kind while the facilitator still
-/// lists them (see [`HttpFacilitator`]'s `supported`).
-fn stabilize_extras(fresh: &mut SupportedResponse, cached: &SupportedResponse) {
-    let listed: Vec<&str> = fresh
-        .signers
-        .values()
-        .flatten()
-        .map(String::as_str)
-        .collect();
-    for kind in &mut fresh.kinds {
-        let Some(old) = cached.kinds.iter().find(|old| {
-            old.x402_version == kind.x402_version
-                && old.scheme == kind.scheme
-                && old.network == kind.network
-        }) else {
-            continue;
-        };
-        let Some(old_extra) = old.extra.as_ref() else {
-            continue;
-        };
-        if kind.extra.as_ref() == Some(old_extra) {
-            continue;
-        }
-        let old_signers: Vec<(&str, &str)> = SIGNER_KEYS
-            .iter()
-            .filter_map(|key| Some((*key, old_extra.get(*key)?.as_str()?)))
-            .collect();
-        let still_listed = !old_signers.is_empty()
-            && old_signers
-                .iter()
-                .all(|(_, signer)| listed.iter().any(|l| same_address(signer, l)));
-        if still_listed {
-            let extra = kind.extra.get_or_insert_with(JsonObject::new);
-            for (key, signer) in old_signers {
-                extra.insert(key.to_owned(), Value::String(signer.to_owned()));
-            }
-        }
-    }
-}
+mod reply;
+mod transport;
+use reply::{settle_reply, stabilize_extras, supported_reply, verify_reply, Reply};
+use transport::Transport;
+pub(crate) use transport::TransportError;
 
 #[cfg(test)]
 mod tests;

@@ -9,6 +9,9 @@
 //! - [`HttpFacilitator`] (feature `http-facilitator`, on by default): a
 //!   client for any facilitator that speaks the x402 HTTP API.
 //! - [`FacilitatorRouter`]: routes requests to other facilitators.
+//! - [`FailoverFacilitator`]: several facilitators for the same payments,
+//!   tried in order behind circuit breakers, never settling a payment twice
+//!   (see [its module](failover)).
 //!
 //! A custom facilitator is one trait implementation:
 //!
@@ -41,10 +44,15 @@ use async_trait::async_trait;
 
 use crate::proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse};
 
+pub mod failover;
 #[cfg(feature = "http-facilitator")]
 mod http;
 mod router;
 
+pub use self::failover::{
+    BreakerState, FailoverConfigError, FailoverError, FailoverFacilitator,
+    FailoverFacilitatorBuilder, MemberHealth, MemberStatus,
+};
 #[cfg(feature = "http-facilitator")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http-facilitator")))]
 pub use self::http::{

@@ -249,29 +249,7 @@ impl FacilitatorRouter {
                 }
             };
             answered = true;
-            for kind in answer.kinds {
-                let duplicate = merged.kinds.iter().any(|k| {
-                    k.x402_version == kind.x402_version
-                        && k.scheme == kind.scheme
-                        && k.network == kind.network
-                });
-                if !duplicate && self.owns(index, &kind) {
-                    merged.kinds.push(kind);
-                }
-            }
-            for extension in answer.extensions {
-                if !merged.extensions.contains(&extension) {
-                    merged.extensions.push(extension);
-                }
-            }
-            for (family, signers) in answer.signers {
-                let list = merged.signers.entry(family).or_default();
-                for signer in signers {
-                    if !list.contains(&signer) {
-                        list.push(signer);
-                    }
-                }
-            }
+            merged.absorb(answer, |kind| self.owns(index, kind));
         }
         match first_error {
             Some(error) if !answered => Err(error),

@@ -508,6 +508,41 @@ pub struct SupportedResponse {
 }
 
 impl SupportedResponse {
+    /// Adds `other`'s kinds that `keep` accepts and that are not listed yet
+    /// (same version, scheme and network, compared by CAIP-2 id), and the
+    /// union of its extensions and signers: several facilitators' answers
+    /// as one, the first listing of a kind winning.
+    pub(crate) fn absorb(
+        &mut self,
+        other: SupportedResponse,
+        keep: impl Fn(&SupportedKind) -> bool,
+    ) {
+        for kind in other.kinds {
+            let duplicate = self.kinds.iter().any(|k| {
+                k.x402_version == kind.x402_version
+                    && k.scheme == kind.scheme
+                    && crate::network::canonical(&k.network)
+                        == crate::network::canonical(&kind.network)
+            });
+            if !duplicate && keep(&kind) {
+                self.kinds.push(kind);
+            }
+        }
+        for extension in other.extensions {
+            if !self.extensions.contains(&extension) {
+                self.extensions.push(extension);
+            }
+        }
+        for (family, signers) in other.signers {
+            let list = self.signers.entry(family).or_default();
+            for signer in signers {
+                if !list.contains(&signer) {
+                    list.push(signer);
+                }
+            }
+        }
+    }
+
     /// The kind for `(version, scheme, network)`, matching the network exactly
     /// or through a family wildcard such as `eip155:*`.
     pub fn kind(

@@ -1,20 +1,22 @@
 //! Sessions in Redis, shared by every instance.
 
 use std::{
+    collections::{HashMap, HashSet},
     fmt,
     sync::{Arc, OnceLock},
     time::Duration,
 };
 
-use ::redis::{
-    aio::{ConnectionManager, ConnectionManagerConfig},
-    Client, RedisError, Script,
-};
+use ::redis::{cluster_routing::Slot, RedisError, Script};
 use async_trait::async_trait;
+use futures_util::stream::{FuturesUnordered, StreamExt as _};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Redemption, SessionRecord, SessionStore, SessionStoreError, TokenHash};
-use crate::unix::now as unix_now;
+use crate::{
+    redis_conn::{RedisConnection, Timeouts},
+    unix::now as unix_now,
+};
 
 /// The default key prefix.
 const DEFAULT_PREFIX: &str = "x402:session:";
@@ -32,6 +34,8 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long [`RedisSessionStore::connect`] waits to open a connection.
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(1);
+
+const TIMEOUTS: Timeouts = Timeouts::new(RESPONSE_TIMEOUT, CONNECTION_TIMEOUT);
 
 /// The most redemptions sent to Redis in one script call.
 const MAX_BATCH: usize = 128;
@@ -105,13 +109,21 @@ fn give_back_script() -> &'static Script {
 /// caller has gone (its future was dropped) before it was sent is not made;
 /// one whose caller has gone by the time Redis answers is given back. The
 /// batching runs in a task spawned on the Tokio runtime of the first
-/// redemption, and ends when the last clone of the store is dropped. As one
-/// script call names many sessions' keys, the store needs one Redis server
-/// (or a primary with replicas), not Redis Cluster.
+/// redemption, and ends when the last clone of the store is dropped.
 ///
-/// The connection is a redis-rs [`ConnectionManager`], which reconnects by
-/// itself after Redis restarts or the connection drops; until then the store
-/// answers [`SessionStoreError`].
+/// On a Redis Cluster ([`connect_cluster`](Self::connect_cluster)) a script
+/// call may only name keys of one hash slot, so redemptions are batched by
+/// slot: each slot has at most one call on its way, and the redemptions of
+/// one session (one key, one slot) arriving meanwhile go together in its next
+/// call. Calls for different slots run side by side, so a slot whose primary
+/// is failing over holds up only its own sessions. Key names are those of
+/// one server (every other operation names one key); sessions spread over
+/// the primaries by their tokens' hashes. Keep hash tags (`{...}`) out of the
+/// prefix, or every session lands on one shard.
+///
+/// The connection (a [`RedisConnection`]) reconnects by itself after Redis
+/// restarts or the connection drops; until then the store answers
+/// [`SessionStoreError`].
 ///
 /// ```no_run
 /// use x402_core::session::{RedisSessionStore, SessionStoreError};
@@ -126,7 +138,7 @@ fn give_back_script() -> &'static Script {
 /// ```
 #[derive(Clone)]
 pub struct RedisSessionStore {
-    connection: ConnectionManager,
+    connection: RedisConnection,
     prefix: Arc<str>,
     /// The queue of the batching task, started by the first redemption.
     batcher: Arc<OnceLock<mpsc::UnboundedSender<Job>>>,
@@ -135,18 +147,19 @@ pub struct RedisSessionStore {
 impl fmt::Debug for RedisSessionStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisSessionStore")
-            .field("connection", &format_args!("ConnectionManager"))
+            .field("connection", &self.connection)
             .field("prefix", &self.prefix)
             .finish()
     }
 }
 
 impl RedisSessionStore {
-    /// A store over an existing connection manager, with the key prefix
+    /// A store over an existing connection (a redis-rs `ConnectionManager`
+    /// or cluster connection, or a [`RedisConnection`]), with the key prefix
     /// `x402:session:`.
-    pub fn new(connection: ConnectionManager) -> Self {
+    pub fn new(connection: impl Into<RedisConnection>) -> Self {
         Self {
-            connection,
+            connection: connection.into(),
             prefix: Arc::from(DEFAULT_PREFIX),
             batcher: Arc::new(OnceLock::new()),
         }
@@ -157,11 +170,23 @@ impl RedisSessionStore {
     /// some seconds). Each connection attempt times out after 1 s, and each
     /// answer after 2 s ([`SessionStoreError::Timeout`]).
     pub async fn connect(url: &str) -> Result<Self, SessionStoreError> {
-        let client = Client::open(url).map_err(backend)?;
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            .set_connection_timeout(Some(CONNECTION_TIMEOUT));
-        let connection = ConnectionManager::new_with_config(client, config)
+        let connection = RedisConnection::connect(url, TIMEOUTS)
+            .await
+            .map_err(backend)?;
+        Ok(Self::new(connection))
+    }
+
+    /// Connects to the Redis Cluster that `urls` belong to (some or all of
+    /// its nodes, `redis://host:port`), failing if it cannot be reached now.
+    /// Same timeouts as [`connect`](Self::connect): 1 s to open a connection
+    /// to a node, 2 s for an answer. A script call is sent once, never again
+    /// after an error (sent again, a redemption could count twice).
+    pub async fn connect_cluster<I>(urls: I) -> Result<Self, SessionStoreError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let connection = RedisConnection::connect_cluster(urls, TIMEOUTS)
             .await
             .map_err(backend)?;
         Ok(Self::new(connection))
@@ -200,39 +225,90 @@ struct Job {
     reply: oneshot::Sender<Result<Redemption, SessionStoreError>>,
 }
 
-/// The batching task: takes every redemption queued (up to [`MAX_BATCH`]),
-/// makes them in one script call, answers each, and repeats; it ends when
-/// every sender (every clone of the store) is gone.
-async fn redeem_in_batches(
-    mut queue: mpsc::UnboundedReceiver<Job>,
-    mut connection: ConnectionManager,
-) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    // One call at a time: redemptions that arrive meanwhile make the next.
-    while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        // A caller that has gone loses nothing: its redemption is not made.
-        batch.retain(|job| !job.reply.is_closed());
-        if batch.is_empty() {
-            continue;
-        }
-        let replies = redeem_all(&mut connection, &batch).await;
-        for (job, reply) in batch.drain(..).zip(replies) {
-            if let Err(Ok(Redemption::Redeemed { .. })) = job.reply.send(reply) {
-                // The caller left while Redis was answering: its call goes back.
-                let mut connection = connection.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = give_back_key(&mut connection, &job.key).await {
-                        tracing::error!(error = %e, "x402: could not give back an abandoned session redemption");
-                    }
-                });
+/// Which redemptions may share a script call: all of them on one server
+/// (`None`), those of one hash slot on a cluster.
+type Group = Option<Slot>;
+
+/// The batching task. Each group has at most one script call on its way;
+/// redemptions that arrive meanwhile wait, and go together (up to
+/// [`MAX_BATCH`]) in the group's next call, in arrival order. Calls of
+/// different groups run side by side. The task ends when every sender
+/// (every clone of the store) is gone and every call has been answered.
+async fn redeem_in_batches(mut queue: mpsc::UnboundedReceiver<Job>, connection: RedisConnection) {
+    let mut received = Vec::with_capacity(MAX_BATCH);
+    let mut waiting: HashMap<Group, Vec<Job>> = HashMap::new();
+    let mut busy: HashSet<Group> = HashSet::new();
+    let mut calls = FuturesUnordered::new();
+    let mut open = true;
+    loop {
+        tokio::select! {
+            n = queue.recv_many(&mut received, MAX_BATCH), if open => {
+                if n == 0 {
+                    open = false;
+                }
+                for job in received.drain(..) {
+                    waiting.entry(connection.slot(&job.key)).or_default().push(job);
+                }
             }
+            Some((group, batch, replies)) = calls.next() => {
+                busy.remove(&group);
+                answer(&connection, batch, replies);
+            }
+            else => break,
+        }
+        // Start a call for every group with redemptions waiting and none on
+        // its way.
+        waiting.retain(|group, jobs| {
+            if busy.contains(group) {
+                return true;
+            }
+            // A caller that has gone loses nothing: its redemption is not made.
+            jobs.retain(|job| !job.reply.is_closed());
+            if jobs.is_empty() {
+                return false;
+            }
+            let rest = jobs.split_off(jobs.len().min(MAX_BATCH));
+            let batch = std::mem::replace(jobs, rest);
+            busy.insert(*group);
+            calls.push(call(connection.clone(), *group, batch));
+            !jobs.is_empty()
+        });
+    }
+}
+
+/// One script call: `batch`'s redemptions, with its group and the replies.
+async fn call(
+    mut connection: RedisConnection,
+    group: Group,
+    batch: Vec<Job>,
+) -> (Group, Vec<Job>, Vec<Result<Redemption, SessionStoreError>>) {
+    let replies = redeem_all(&mut connection, &batch).await;
+    (group, batch, replies)
+}
+
+/// Answers each job of `batch`; a redemption whose caller left while Redis
+/// was answering is given back.
+fn answer(
+    connection: &RedisConnection,
+    batch: Vec<Job>,
+    replies: Vec<Result<Redemption, SessionStoreError>>,
+) {
+    for (job, reply) in batch.into_iter().zip(replies) {
+        if let Err(Ok(Redemption::Redeemed { .. })) = job.reply.send(reply) {
+            let mut connection = connection.clone();
+            tokio::spawn(async move {
+                if let Err(e) = give_back_key(&mut connection, &job.key).await {
+                    tracing::error!(error = %e, "x402: could not give back an abandoned session redemption");
+                }
+            });
         }
     }
 }
 
 /// Makes `jobs`' redemptions in one script call: one answer per job, in order.
+/// On a cluster, every job's key must be in one hash slot.
 async fn redeem_all(
-    connection: &mut ConnectionManager,
+    connection: &mut RedisConnection,
     jobs: &[Job],
 ) -> Vec<Result<Redemption, SessionStoreError>> {
     let mut invocation = redeem_script().prepare_invoke();
@@ -259,7 +335,7 @@ async fn redeem_all(
 }
 
 async fn give_back_key(
-    connection: &mut ConnectionManager,
+    connection: &mut RedisConnection,
     key: &str,
 ) -> Result<(), SessionStoreError> {
     let _given: i64 = give_back_script()

@@ -43,7 +43,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut out = String::new();
     writeln!(
         out,
-        "{:<18} {:>5} {:>8} {:>7} {:>9} {:>7} {:>8} {:>8} {:>9} {:>7} {:>9}",
+        "{:<18} {:>5} {:>8} {:>7} {:>9} {:>7} {:>8} {:>8} {:>9} {:>7} {:>9} {:>10}",
         "path",
         "round",
         "requests",
@@ -54,7 +54,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "p99 ms",
         "cpu us/rq",
         "cpu x",
-        "peak RSS"
+        "peak RSS",
+        "allocs/rq"
     )?;
     let mut ordered: Vec<&Value> = runs.iter().collect();
     // Path by path (in the order first run), round by round.
@@ -65,7 +66,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let ok = f(v, "ok");
         writeln!(
             out,
-            "{:<18} {:>5} {:>8} {:>6.1}% {:>9.0} {:>7.2} {:>8.2} {:>8.2} {:>9.0} {:>7.2} {:>6.1} MB",
+            "{:<18} {:>5} {:>8} {:>6.1}% {:>9.0} {:>7.2} {:>8.2} {:>8.2} {:>9.0} {:>7.2} {:>6.1} MB {:>10.1}",
             label(v),
             round(v),
             requests,
@@ -77,6 +78,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             f(v, "server_cpu_us_per_req"),
             cpu_ratio(v),
             f(v, "server_hwm_kb") / 1024.0,
+            f(v, "allocations_per_req"),
         )?;
         if ok < requests {
             writeln!(
@@ -142,20 +144,69 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             _ => writeln!(out, "  {what:<34} >= {min:.2}: not run"),
         }
     };
-    target("challenge-402", 0.85, "402 challenge path")?;
-    target("session-redis", 0.5, "session redemption on Redis")?;
-    for (path, floor, what) in [
-        (
+    target("challenge-402", 0.95, "402 challenge path")?;
+    // Ratios of one path to another path of the same round.
+    let mut versus = |path: &str, other: &str, min: f64, what: &str| -> std::fmt::Result {
+        let ratio =
+            |v: &Value| by_round(other, round(v)).map_or(f64::NAN, |o| f(v, "rps") / f(o, "rps"));
+        let cpu = |v: &Value| {
+            by_round(other, round(v)).map_or(f64::NAN, |o| {
+                f(o, "server_cpu_us_per_req") / f(v, "server_cpu_us_per_req")
+            })
+        };
+        match (median_of(path, &ratio), median_of(path, &cpu)) {
+            (Some((r, rs)), Some((c, cs))) => writeln!(
+                out,
+                "  {what:<34} >= {min:.2}: throughput ratio {r:.2} {} ({}); CPU-per-request ratio {c:.2} ({})",
+                if r >= min { "MET" } else { "MISSED" },
+                list(&rs),
+                list(&cs),
+            ),
+            _ => writeln!(out, "  {what:<34} >= {min:.2}: not run"),
+        }
+    };
+    versus(
+        "paid-http",
+        "http-peer",
+        1.3,
+        "HTTP-facilitator paid path / x402-rs",
+    )?;
+    versus(
+        "paid-http",
+        "http-floor",
+        0.9,
+        "HTTP-facilitator paid path / floor",
+    )?;
+    versus(
+        "session-redis",
+        "session-floor",
+        0.95,
+        "session redemption / floor",
+    )?;
+    if let Some((rss, each)) = median_of("paid-http", &|v| f(v, "server_hwm_kb") / 1024.0) {
+        writeln!(
+            out,
+            "  {:<34} <= 16 MB: {rss:.1} MB {} ({})",
+            "peak RSS, HTTP-facilitator paid path",
+            if rss <= 16.0 { "MET" } else { "MISSED" },
+            list(&each),
+        )?;
+    }
+    for path in ["paid-http", "http-floor", "paid-memory", "baseline"] {
+        if let Some((a, _)) = median_of(path, &|v| f(v, "allocations_per_req")) {
+            writeln!(
+                out,
+                "  allocations per request, {path:<12}: {a:.1} (bytes {:.0})",
+                median_of(path, &|v| f(v, "allocated_bytes_per_req")).map_or(f64::NAN, |b| b.0),
+            )?;
+        }
+    }
+    {
+        let (path, floor, what) = (
             "challenge-402",
             "challenge-floor",
             "402 path against its floor (the same 402 bytes from a bare handler)",
-        ),
-        (
-            "session-redis",
-            "session-floor",
-            "session path against its floor (one Redis redemption from a bare handler)",
-        ),
-    ] {
+        );
         let to_floor =
             |v: &Value| by_round(floor, round(v)).map_or(f64::NAN, |fl| f(v, "rps") / f(fl, "rps"));
         let cpu_to_floor = |v: &Value| {

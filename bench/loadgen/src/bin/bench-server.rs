@@ -16,6 +16,23 @@
 //!   count in `X-PAYMENT-SESSION-REMAINING`: the round trip every redeemed
 //!   call needs, with no engine behind it.
 //!
+//! - `paid-http-floor`: `GET /exact/evm/eip3009` with a `PAYMENT-SIGNATURE`
+//!   makes the two calls any seller makes through an HTTP facilitator
+//!   (`POST /verify`, then `POST /settle`, at `FACILITATOR_URL`) with the
+//!   same client as the example (`HttpFacilitator`, no engine), and answers
+//!   the paid handler's body with the settlement in `PAYMENT-RESPONSE`: the
+//!   header decoded, the two calls, the receipt encoded, and nothing else (no
+//!   matching, no claim, no checks). Without a payment it answers the
+//!   example's 402, so that the load generator can read the offer.
+//!
+//! `paid-api` with `FACILITATOR_URL` set runs the example against that
+//! facilitator (and funds no dev-ledger payers: there is no dev ledger).
+//!
+//! Every mode also serves `GET /__bench/allocations`: the heap allocations
+//! (and bytes) the process has made so far, counted by a wrapping global
+//! allocator, which the load generator reads before and after its timed
+//! phase to report allocations per request.
+//!
 //! Binds `HOST`:`PORT` (default 127.0.0.1:0) and prints
 //! `listening on http://ADDR` once bound. Stops on SIGTERM or ctrl-c.
 
@@ -46,7 +63,32 @@ use x402_core::session::{
     Redemption, RedisSessionStore, SessionRecord, SessionStore, SessionToken,
     X_PAYMENT_SESSION_REMAINING,
 };
-use x402_loadgen::{env_or, payer, LISTENING};
+use x402_loadgen::{env_or, payer, stop_signal, ALLOCATIONS_PATH, LISTENING};
+
+#[global_allocator]
+static ALLOCATOR: &stats_alloc::StatsAlloc<std::alloc::System> = &stats_alloc::INSTRUMENTED_SYSTEM;
+
+/// `GET /__bench/allocations`: `{"allocations": N, "bytes": N}` so far.
+async fn allocations() -> Json<Value> {
+    let stats = ALLOCATOR.stats();
+    Json(serde_json::json!({
+        "allocations": stats.allocations + stats.reallocations,
+        "bytes": stats.bytes_allocated,
+    }))
+}
+
+/// Serves `router` (plus the allocation counter) until SIGTERM or ctrl-c.
+async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let router = router.route(ALLOCATIONS_PATH, get(allocations));
+    announce(listener.local_addr()?)?;
+    axum::serve(listener, router)
+        .with_graceful_shutdown(stop_signal())
+        .await?;
+    Ok(())
+}
 
 /// The body paid-api's `exact` handler answers (`paid_api_common::exact_body`
 /// without its log line).
@@ -58,21 +100,6 @@ async fn paid_body() -> Json<Value> {
 
 async fn health() -> Json<Value> {
     Json(paid_api_common::health_body())
-}
-
-async fn stop() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = term => {}
-    }
 }
 
 fn unix_now() -> u64 {
@@ -87,6 +114,25 @@ fn canned(status: StatusCode, headers: HeaderMap, body: Bytes) -> Response {
     *response.status_mut() = status;
     *response.headers_mut() = headers;
     response
+}
+
+/// paid-api's 402 for an unpaid `GET path`, asked of the app in-process for
+/// a server at `addr`: its status, headers and body.
+async fn example_challenge(
+    addr: SocketAddr,
+    path: &str,
+) -> Result<(StatusCode, HeaderMap, Bytes), Box<dyn std::error::Error>> {
+    let config = paid_api::Config::from_env()?.bound_to(addr);
+    let (router, _state) = paid_api::app(config).await?;
+    let request = Request::get(path)
+        .header(HOST, addr.to_string())
+        .body(Body::empty())?;
+    let (parts, body) = router.oneshot(request).await?.into_parts();
+    let body = body.collect().await?.to_bytes();
+    if parts.status != StatusCode::PAYMENT_REQUIRED {
+        return Err(format!("paid-api answered {} to an unpaid GET", parts.status).into());
+    }
+    Ok((parts.status, parts.headers, body))
 }
 
 fn announce(addr: SocketAddr) -> std::io::Result<()> {
@@ -108,24 +154,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .route("/exact/evm/eip3009", get(paid_body))
                 .route("/session/demo", get(paid_body))
                 .route("/health", get(health));
-            announce(addr)?;
-            axum::serve(listener, router)
-                .with_graceful_shutdown(stop())
-                .await?;
+            serve(listener, router).await?;
         }
         "challenge-floor" => {
             let path = "/exact/evm/eip3009";
-            let config = paid_api::Config::from_env()?.bound_to(addr);
-            let (router, _state) = paid_api::app(config).await?;
-            let request = Request::get(path)
-                .header(HOST, addr.to_string())
-                .body(Body::empty())?;
-            let (parts, body) = router.oneshot(request).await?.into_parts();
-            let body = body.collect().await?.to_bytes();
-            if parts.status != StatusCode::PAYMENT_REQUIRED {
-                return Err(format!("paid-api answered {} to an unpaid GET", parts.status).into());
-            }
-            let (status, headers) = (parts.status, parts.headers);
+            let (status, headers, body) = example_challenge(addr, path).await?;
             let router = Router::new().route(
                 path,
                 get(move || {
@@ -133,10 +166,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     async move { response }
                 }),
             );
-            announce(addr)?;
-            axum::serve(listener, router)
-                .with_graceful_shutdown(stop())
-                .await?;
+            serve(listener, router).await?;
         }
         "session-floor" => {
             let url = std::env::var("REDIS_URL").map_err(|_| "session-floor needs REDIS_URL")?;
@@ -172,10 +202,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     }
                 }),
             );
-            announce(addr)?;
-            axum::serve(listener, router)
-                .with_graceful_shutdown(stop())
-                .await?;
+            serve(listener, router).await?;
+        }
+        "paid-http-floor" => {
+            let url = std::env::var("FACILITATOR_URL")
+                .map_err(|_| "paid-http-floor needs FACILITATOR_URL")?;
+            let challenge = example_challenge(addr, "/exact/evm/eip3009").await?;
+            let floor = Arc::new(HttpFloor::new(&url, challenge)?);
+            let router = Router::new().route(
+                "/exact/evm/eip3009",
+                get(move |headers: HeaderMap| {
+                    let floor = Arc::clone(&floor);
+                    async move { floor.serve(&headers).await }
+                }),
+            );
+            serve(listener, router).await?;
         }
         "paid-api" => {
             // paid-api reads PORT/HOST too; the listener is already bound.
@@ -183,23 +224,94 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let (router, state) = paid_api::app(config).await?;
             let payers: u64 = env_or("BENCH_PAYERS", 64);
             let seed: u64 = env_or("BENCH_SEED", 402);
-            for i in 0..payers {
-                state.fund(payer(seed, i).address(), u64::MAX)?;
+            let remote = std::env::var_os("FACILITATOR_URL").is_some();
+            if !remote {
+                for i in 0..payers {
+                    state.fund(payer(seed, i).address(), u64::MAX)?;
+                }
             }
             eprintln!(
-                "bench-server: paid-api on {addr}, {payers} payers funded, redis: {}",
+                "bench-server: paid-api on {addr}, {}, redis: {}",
+                if remote {
+                    "facilitator over HTTP".to_owned()
+                } else {
+                    format!("{payers} payers funded on the dev ledger")
+                },
                 std::env::var("REDIS_URL").is_ok()
             );
+            let router = router.route(ALLOCATIONS_PATH, get(allocations));
             announce(addr)?;
             // paid_api::serve stops on SIGTERM / ctrl-c as well.
             paid_api::serve(listener, router, state).await?;
         }
         other => {
             return Err(format!(
-                "usage: bench-server baseline|challenge-floor|session-floor|paid-api (got {other:?})"
+                "usage: bench-server baseline|challenge-floor|session-floor|paid-http-floor|paid-api (got {other:?})"
             )
             .into());
         }
     }
     Ok(())
+}
+
+/// The facilitator path's floor: the two calls and nothing else.
+struct HttpFloor {
+    /// The example's 402, answered to a request without a payment.
+    challenge: (StatusCode, HeaderMap, Bytes),
+    facilitator: x402_core::facilitator::HttpFacilitator,
+}
+
+impl HttpFloor {
+    fn new(
+        base: &str,
+        challenge: (StatusCode, HeaderMap, Bytes),
+    ) -> Result<Self, Box<dyn std::error::Error>> {
+        Ok(Self {
+            challenge,
+            facilitator: x402_core::facilitator::HttpFacilitator::new(base)?,
+        })
+    }
+
+    async fn serve(&self, headers: &HeaderMap) -> Response {
+        let Some(header) = headers.get(x402_core::codec::PAYMENT_SIGNATURE) else {
+            let (status, headers, body) = &self.challenge;
+            return canned(*status, headers.clone(), body.clone());
+        };
+        match self.pay(header).await {
+            Ok(receipt) => (
+                [(x402_core::codec::PAYMENT_RESPONSE, receipt)],
+                paid_body().await,
+            )
+                .into_response(),
+            Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()).into_response(),
+        }
+    }
+
+    /// Decode, verify, settle, encode the receipt: what any seller must do
+    /// through an HTTP facilitator, with this crate's client and wire types.
+    async fn pay(
+        &self,
+        header: &http::HeaderValue,
+    ) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
+        use x402_core::{
+            codec,
+            facilitator::Facilitator as _,
+            proto::{FacilitatorRequest, PaymentPayload, PaymentRequirements},
+        };
+        let payload = codec::decode_payment(header.as_bytes(), codec::DEFAULT_MAX_HEADER_BYTES)?;
+        let PaymentPayload::V2(v2) = &payload else {
+            return Err("not a version 2 payment".into());
+        };
+        let requirements = PaymentRequirements::V2(v2.accepted.clone());
+        let request = FacilitatorRequest::new(payload, requirements).ok_or("version mismatch")?;
+        let verdict = self.facilitator.verify(&request).await?;
+        if !verdict.is_valid {
+            return Err("invalid".into());
+        }
+        let receipt = self.facilitator.settle(&request).await?;
+        if !receipt.success {
+            return Err("not settled".into());
+        }
+        Ok(codec::encode(&receipt)?)
+    }
 }

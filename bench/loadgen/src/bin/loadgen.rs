@@ -10,7 +10,8 @@
 //!
 //! With `--server-pid`, the server's CPU time over the timed phase (from
 //! `/proc/PID/stat`), its peak RSS (`VmHWM`) and, every `--sample-every`
-//! seconds, its RSS (`VmRSS`) are reported too.
+//! seconds, its RSS (`VmRSS`) are reported too. Against the bench server,
+//! its heap allocations per request over the timed phase too.
 //! ```
 //!
 //! Modes (the untimed set-up happens before the clock starts):
@@ -368,6 +369,28 @@ async fn buy_sessions(
     Ok((tokens, calls))
 }
 
+/// The bench server's allocation counts (`GET /__bench/allocations`), if it
+/// serves them.
+async fn allocations(args: &Args, host: &HeaderValue) -> Option<Value> {
+    let stream = tokio::net::TcpStream::connect(args.addr).await.ok()?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .ok()?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let req = Request::get(x402_loadgen::ALLOCATIONS_PATH)
+        .header(HOST, host.clone())
+        .body(Empty::<Bytes>::new())
+        .ok()?;
+    let res = sender.send_request(req).await.ok()?;
+    if res.status() != StatusCode::OK {
+        return None;
+    }
+    let body = res.into_body().collect().await.ok()?.to_bytes();
+    serde_json::from_slice(&body).ok()
+}
+
 /// `(utime + stime)` of `pid` in clock ticks.
 fn cpu_ticks(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -519,6 +542,7 @@ async fn run(args: Args) -> Result<Value, Error> {
     let work = Arc::new(work);
     let next = Arc::new(AtomicUsize::new(0));
     let pid = args.server_pid;
+    let allocations_before = allocations(&args, &host).await;
     let cpu_before = pid.and_then(cpu_ticks);
     let start = Instant::now();
     let samples = Arc::new(std::sync::Mutex::new(Vec::<(f64, u64)>::new()));
@@ -568,6 +592,7 @@ async fn run(args: Args) -> Result<Value, Error> {
     }
     let elapsed = start.elapsed().as_secs_f64();
     let cpu_after = pid.and_then(cpu_ticks);
+    let allocations_after = allocations(&args, &host).await;
     if let Some(task) = sampler {
         task.abort();
         sample();
@@ -579,6 +604,16 @@ async fn run(args: Args) -> Result<Value, Error> {
         _ => None,
     };
     let hwm_kb = pid.and_then(|p| status_kb(p, "VmHWM"));
+    // Per request served; the two counter reads' own allocations are noise.
+    let per_request = |field: &str| match (&allocations_before, &allocations_after) {
+        (Some(a), Some(b)) if !all.latencies_us.is_empty() => {
+            let (a, b) = (a.get(field)?.as_f64()?, b.get(field)?.as_f64()?);
+            Some(((b - a) / all.latencies_us.len() as f64 * 10.0).round() / 10.0)
+        }
+        _ => None,
+    };
+    let allocations_per_req = per_request("allocations");
+    let allocated_bytes_per_req = per_request("bytes");
     all.latencies_us.sort_unstable();
     let done = all.latencies_us.len();
     let ok = all.statuses.get(&args.expect).copied().unwrap_or(0);
@@ -606,6 +641,8 @@ async fn run(args: Args) -> Result<Value, Error> {
             .filter(|_| done > 0)
             .map(|c| (c * 1e6 / done as f64).round()),
         "server_hwm_kb": hwm_kb,
+        "allocations_per_req": allocations_per_req,
+        "allocated_bytes_per_req": allocated_bytes_per_req,
         "rss_samples_kb": samples,
     }))
 }

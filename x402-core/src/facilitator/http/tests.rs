@@ -1,4 +1,6 @@
+use super::reply::*;
 use super::*;
+use http::StatusCode;
 
 fn reply(status: u16, body: &str) -> Reply {
     Reply {

@@ -1,13 +1,16 @@
 use std::{fmt, sync::Arc, time::Duration};
 
-use ::redis::{
-    aio::{ConnectionManager, ConnectionManagerConfig},
-    Client, Script,
-};
+use ::redis::Script;
 use async_trait::async_trait;
 
 use super::{DeadLetter, Outbox, OutboxError, OutboxMessage};
-use crate::webhook::time::unix_millis_now;
+use crate::{
+    redis_conn::{has_hash_tag, RedisConnection, Timeouts},
+    webhook::time::unix_millis_now,
+};
+
+/// 5 s for an answer, 2 s to connect.
+const TIMEOUTS: Timeouts = Timeouts::new(Duration::from_secs(5), Duration::from_secs(2));
 
 const PUSH: &str = r"
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
@@ -77,7 +80,15 @@ return 1";
 /// set by due time), `processing` (sorted set by lease expiry), `msg` and
 /// `attempts` (hashes by id), `dead` and `dead-order`. Every state change is
 /// one Lua script, so a crash never leaves a message in two states or none.
-/// On Redis Cluster, put the prefix in a hash tag (`{x402:webhooks}:`).
+///
+/// On a Redis Cluster ([`connect_cluster`](Self::connect_cluster)) the
+/// scripts name several of these keys, so they must share a hash slot: the
+/// prefix is a hash tag, `{x402:webhooks}:` by default, and a prefix given to
+/// [`with_prefix`](Self::with_prefix) that holds no tag is wrapped in one
+/// (`shop:webhooks:` becomes `{shop:webhooks:}`). The whole outbox then lives
+/// on one shard (one event per settlement is far below what a shard takes).
+/// On one server the keys are as they always were: `x402:webhooks:pending`,
+/// ...
 ///
 /// ```no_run
 /// use x402_core::webhook::outbox::RedisOutbox;
@@ -89,7 +100,7 @@ return 1";
 /// ```
 #[derive(Clone)]
 pub struct RedisOutbox {
-    connection: ConnectionManager,
+    connection: RedisConnection,
     prefix: Arc<str>,
     scripts: Arc<Scripts>,
 }
@@ -106,6 +117,7 @@ struct Scripts {
 impl fmt::Debug for RedisOutbox {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisOutbox")
+            .field("connection", &self.connection)
             .field("prefix", &self.prefix)
             .finish_non_exhaustive()
     }
@@ -120,14 +132,25 @@ fn millis(d: Duration) -> u64 {
 }
 
 impl RedisOutbox {
-    /// The default key prefix.
+    /// The default key prefix on one server.
     pub const DEFAULT_PREFIX: &'static str = "x402:webhooks:";
 
-    /// An outbox over an existing connection manager.
-    pub fn new(connection: ConnectionManager) -> Self {
+    /// The default key prefix on a Redis Cluster: [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX)
+    /// as a hash tag, so that every key is in one slot.
+    pub const DEFAULT_CLUSTER_PREFIX: &'static str = "{x402:webhooks}:";
+
+    /// An outbox over an existing connection (a redis-rs
+    /// `ConnectionManager` or cluster connection, or a [`RedisConnection`]).
+    pub fn new(connection: impl Into<RedisConnection>) -> Self {
+        let connection = connection.into();
+        let prefix = if connection.is_cluster() {
+            Self::DEFAULT_CLUSTER_PREFIX
+        } else {
+            Self::DEFAULT_PREFIX
+        };
         Self {
             connection,
-            prefix: Arc::from(Self::DEFAULT_PREFIX),
+            prefix: Arc::from(prefix),
             scripts: Arc::new(Scripts {
                 push: Script::new(PUSH),
                 claim: Script::new(CLAIM),
@@ -142,8 +165,7 @@ impl RedisOutbox {
     /// Connects to `url` (`redis://host:port/db`), failing if Redis cannot be
     /// reached now.
     pub async fn connect(url: &str) -> Result<Self, OutboxError> {
-        let client = Client::open(url).map_err(backend)?;
-        let connection = ConnectionManager::new_with_config(client, Self::config())
+        let connection = RedisConnection::connect(url, TIMEOUTS)
             .await
             .map_err(backend)?;
         Ok(Self::new(connection))
@@ -151,26 +173,55 @@ impl RedisOutbox {
 
     /// Prepares a connection to `url` without opening it.
     pub fn connect_lazy(url: &str) -> Result<Self, OutboxError> {
-        let client = Client::open(url).map_err(backend)?;
-        let connection =
-            ConnectionManager::new_lazy_with_config(client, Self::config()).map_err(backend)?;
+        let connection = RedisConnection::connect_lazy(url, TIMEOUTS).map_err(backend)?;
         Ok(Self::new(connection))
     }
 
-    fn config() -> ConnectionManagerConfig {
-        ConnectionManagerConfig::new()
-            .set_response_timeout(Some(Duration::from_secs(5)))
-            .set_connection_timeout(Some(Duration::from_secs(2)))
+    /// Connects to the Redis Cluster that `urls` belong to (some or all of
+    /// its nodes, `redis://host:port`), failing if it cannot be reached now.
+    /// The prefix is [`DEFAULT_CLUSTER_PREFIX`](Self::DEFAULT_CLUSTER_PREFIX).
+    pub async fn connect_cluster<I>(urls: I) -> Result<Self, OutboxError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let connection = RedisConnection::connect_cluster(urls, TIMEOUTS)
+            .await
+            .map_err(backend)?;
+        Ok(Self::new(connection))
     }
 
-    /// Uses `prefix` for every key.
+    /// [`connect_cluster`](Self::connect_cluster) without waiting: the
+    /// connection is made in the background. Fails only on malformed URLs.
+    /// Call it inside a Tokio runtime.
+    pub fn connect_cluster_lazy<I>(urls: I) -> Result<Self, OutboxError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let connection = RedisConnection::connect_cluster_lazy(urls, TIMEOUTS).map_err(backend)?;
+        Ok(Self::new(connection))
+    }
+
+    /// Uses `prefix` for every key. On a cluster, a prefix without a hash
+    /// tag is wrapped in one (`shop:` becomes `{shop:}`; an empty one
+    /// becomes [`DEFAULT_CLUSTER_PREFIX`](Self::DEFAULT_CLUSTER_PREFIX)), so
+    /// that every script names keys of one slot.
     #[must_use]
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = Arc::from(prefix.into());
+        let prefix = prefix.into();
+        self.prefix = if !self.connection.is_cluster() || has_hash_tag(&prefix) {
+            Arc::from(prefix)
+        } else if prefix.is_empty() {
+            Arc::from(Self::DEFAULT_CLUSTER_PREFIX)
+        } else {
+            Arc::from(format!("{{{prefix}}}"))
+        };
         self
     }
 
-    /// The key prefix.
+    /// The key prefix every key starts with (on a cluster, with its hash
+    /// tag).
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
