@@ -7,6 +7,7 @@ use std::{
     net::TcpListener,
     path::PathBuf,
     process::{Child, Command, Stdio},
+    sync::{Mutex, PoisonError},
     time::{Duration, Instant},
 };
 
@@ -199,29 +200,50 @@ impl OwnCluster {
             nodes: Vec::new(),
             dir,
         };
+        // One cluster forms at a time in this process: two picking ports at
+        // once could pick the same ones.
+        static STARTING: Mutex<()> = Mutex::new(());
+        let _one_at_a_time = STARTING.lock().unwrap_or_else(PoisonError::into_inner);
         for port in free_ports(6) {
-            let child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--cluster-enabled", "yes"])
-                .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
-                .args(["--cluster-node-timeout", "1000"])
-                .args(["--cluster-require-full-coverage", "no"])
-                .args(["--save", "", "--appendonly", "no"])
-                .arg("--dir")
-                .arg(&cluster.dir)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| panic!("redis-server: {e}: run `{SETUP}`"));
+            let child = spawn_node(port, &cluster.dir);
             cluster.nodes.push((port, Some(child)));
         }
-        for &(port, _) in &cluster.nodes {
-            wait_until(
-                Duration::from_secs(10),
-                &format!("node {port} answers"),
-                || cli(port, &["ping"]).is_some_and(|s| s.trim() == "PONG"),
-            );
+        // A port can be taken between the check and the bind (by another
+        // process's connection): a node that exited is started again on
+        // another port.
+        for i in 0..cluster.nodes.len() {
+            let mut attempts = 0;
+            loop {
+                let port = cluster.nodes[i].0;
+                let answers = || cli(port, &["ping"]).is_some_and(|s| s.trim() == "PONG");
+                let started = Instant::now();
+                let mut exited = false;
+                while !answers() && started.elapsed() < Duration::from_secs(10) {
+                    if let Some(child) = cluster.nodes[i].1.as_mut() {
+                        if matches!(child.try_wait(), Ok(Some(_))) {
+                            exited = true;
+                            break;
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                if answers() {
+                    break;
+                }
+                attempts += 1;
+                assert!(
+                    exited && attempts < 5,
+                    "node {port} did not answer within 10 s"
+                );
+                let taken: Vec<u16> = cluster.nodes.iter().map(|(p, _)| *p).collect();
+                let port = loop {
+                    let candidate = free_ports(1)[0];
+                    if !taken.contains(&candidate) {
+                        break candidate;
+                    }
+                };
+                cluster.nodes[i] = (port, Some(spawn_node(port, &cluster.dir)));
+            }
         }
         let hosts: Vec<String> = cluster
             .nodes
@@ -344,12 +366,34 @@ impl Drop for OwnCluster {
 
 /// `n` distinct loopback ports, each free along with its cluster bus port
 /// (+10000).
+/// One cluster-enabled `redis-server` on `port` (and `port + 10000` for
+/// the cluster bus), its files in `dir`.
+fn spawn_node(port: u16, dir: &std::path::Path) -> Child {
+    Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--cluster-enabled", "yes"])
+        .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
+        .args(["--cluster-node-timeout", "1000"])
+        .args(["--cluster-require-full-coverage", "no"])
+        .args(["--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("redis-server: {e}: run `{SETUP}`"))
+}
+
+/// `n` ports free now on 127.0.0.1, each with its cluster-bus port (+10000)
+/// free too, all below Linux's ephemeral range (32768 and up), where
+/// outgoing connections could take them before the server binds.
 fn free_ports(n: usize) -> Vec<u16> {
     let mut ports = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(10);
     while ports.len() < n {
         assert!(Instant::now() < deadline, "no {n} free port pairs");
-        let port: u16 = rand::random::<u16>() % 20_000 + 20_000;
+        let port: u16 = rand::random::<u16>() % 10_000 + 10_000;
         if ports.contains(&port)
             || ports.contains(&(port + 10_000))
             || ports.contains(&(port - 10_000))
