@@ -160,15 +160,7 @@ mod enabled {
     }
 
     pub(super) fn label(value: &str) -> String {
-        let ok = value.len() <= 64
-            && value
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'));
-        if ok {
-            value.to_owned()
-        } else {
-            "other".to_owned()
-        }
+        label_str(value).to_owned()
     }
 
     /// The label value written for `value`: itself when short and tame,

@@ -30,14 +30,8 @@ fn digest(key: &str) -> Digest {
 }
 
 fn until(t: SystemTime) -> Until {
-    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    let secs = crate::unix::secs_ceil(t).unwrap_or(0);
     Until::try_from(secs).unwrap_or(Until::MAX)
-}
-
-/// Whole seconds of `now`, for comparing with an [`Until`].
-fn now_secs(now: SystemTime) -> u64 {
-    unix_secs(now)
 }
 
 /// Replay claims in this process's memory: the default store.
@@ -148,7 +142,7 @@ impl Claims {
     fn claim(&mut self, key: &str, expires_at: SystemTime, now: SystemTime) -> Claimed {
         let key = digest(key);
         let expires = until(expires_at);
-        let now = now_secs(now);
+        let now = unix_secs(now);
         let live = |until: &Until| u64::from(*until) > now;
         if let Some(until) = self.map.get_mut(&key) {
             if live(until) {
@@ -164,7 +158,7 @@ impl Claims {
 
     /// Drops expired claims.
     fn sweep(&mut self, now: SystemTime) {
-        let now = now_secs(now);
+        let now = unix_secs(now);
         self.map.sweep(now, |until| u64::from(*until) > now);
     }
 }

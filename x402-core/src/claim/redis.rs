@@ -3,7 +3,7 @@
 use std::{
     fmt,
     sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, SystemTime},
 };
 
 use async_trait::async_trait;
@@ -206,10 +206,7 @@ impl RedisClaimStore {
 
 /// `EXAT` takes whole seconds: round up, so a claim never ends early.
 fn unix_seconds_ceil(t: SystemTime) -> Result<u64, ClaimStoreError> {
-    let since = t
-        .duration_since(UNIX_EPOCH)
-        .map_err(|_| ClaimStoreError::InvalidExpiry)?;
-    let secs = since.as_secs() + u64::from(since.subsec_nanos() > 0);
+    let secs = crate::unix::secs_ceil(t).ok_or(ClaimStoreError::InvalidExpiry)?;
     // Redis refuses `EXAT 0` and times beyond i64 milliseconds.
     if secs == 0 || secs > (i64::MAX as u64) / 1000 {
         return Err(ClaimStoreError::InvalidExpiry);
@@ -281,6 +278,8 @@ impl ClaimStore for RedisClaimStore {
 
 #[cfg(test)]
 mod tests {
+    use std::time::UNIX_EPOCH;
+
     use super::*;
 
     #[test]
