@@ -52,6 +52,9 @@
 
 use std::{error::Error as StdError, time::Duration};
 
+mod steps;
+pub use steps::HookSteps;
+
 use async_trait::async_trait;
 use http::StatusCode;
 
@@ -256,6 +259,16 @@ pub trait PaymentHooks: Send + Sync + 'static {
     /// skipped for those requests.
     fn inspects_requests(&self) -> bool {
         true
+    }
+
+    /// The steps this hook takes part in; the engine calls it at those
+    /// only. The default, [`HookSteps::ALL`], is always correct; a hook that
+    /// keeps the default of some methods may leave their steps out, and then
+    /// costs nothing there (each call of an `async` trait method allocates
+    /// its future). A hook whose steps leave out a method it implements is
+    /// not called there.
+    fn steps(&self) -> HookSteps {
+        HookSteps::ALL
     }
 
     /// A protected route was requested, before anything else.

@@ -277,6 +277,54 @@ mod enabled {
             .record(since.elapsed().as_secs_f64());
     }
 
+    /// Where [`with_recorder`](::metrics::with_recorder) records now.
+    fn current_recorder() -> usize {
+        ::metrics::with_recorder(|r| (r as *const dyn ::metrics::Recorder).cast::<()>() as usize)
+    }
+
+    /// The handles of [`super::HotSeries`], registered with one recorder.
+    pub(super) struct Hot {
+        recorder: usize,
+        pub(super) verified: ::metrics::Counter,
+        pub(super) settled: ::metrics::Counter,
+        pub(super) redeemed: ::metrics::Counter,
+        pub(super) verify_seconds: ::metrics::Histogram,
+        pub(super) settle_seconds: ::metrics::Histogram,
+    }
+
+    impl Hot {
+        fn register(recorder: usize) -> Self {
+            static METADATA: ::metrics::Metadata<'static> = ::metrics::Metadata::new(
+                module_path!(),
+                ::metrics::Level::INFO,
+                Some(module_path!()),
+            );
+            let counter = |name, labels: &[(&'static str, &str)]| {
+                let key = cached_key(name, labels);
+                ::metrics::with_recorder(|r| r.register_counter(&key, &METADATA))
+            };
+            let histogram = |op| {
+                let key = cached_key(FACILITATOR_SECONDS, &[("op", op)]);
+                ::metrics::with_recorder(|r| r.register_histogram(&key, &METADATA))
+            };
+            Self {
+                recorder,
+                verified: counter(VERIFICATIONS_TOTAL, &[("outcome", "valid"), ("reason", "")]),
+                settled: counter(SETTLEMENTS_TOTAL, &[("outcome", "success"), ("reason", "")]),
+                redeemed: counter(SESSIONS_REDEEMED_TOTAL, &[]),
+                verify_seconds: histogram("verify"),
+                settle_seconds: histogram("settle"),
+            }
+        }
+
+        /// The handles, if registered with the recorder current now.
+        pub(super) fn get(cell: &OnceLock<Self>) -> Option<&Self> {
+            let recorder = current_recorder();
+            let hot = cell.get_or_init(|| Self::register(recorder));
+            (hot.recorder == recorder).then_some(hot)
+        }
+    }
+
     /// Per network and asset (lowercase): the running total.
     type Totals = Mutex<Vec<(String, String, u64)>>;
 
@@ -367,6 +415,21 @@ mod enabled {
             );
             r
         }
+
+        fn claim_now(
+            &self,
+            key: &str,
+            expires_at: SystemTime,
+        ) -> Option<Result<Claimed, ClaimStoreError>> {
+            let start = Instant::now();
+            let r = self.0.claim_now(key, expires_at)?;
+            seconds(
+                CLAIM_STORE_SECONDS,
+                &[("op", "claim"), ("outcome", outcome(&r))],
+                start,
+            );
+            Some(r)
+        }
     }
 }
 
@@ -399,6 +462,99 @@ impl RouteSeries {
         #[cfg(feature = "metrics")]
         enabled::inc_key(&self.challenge);
     }
+}
+
+/// The series that every paid request records, registered once per engine
+/// (with the recorder current at the first paid request) and then written
+/// through their handles: a registration allocates with some recorders
+/// (`metrics-exporter-prometheus` does), a handle never does. Should the
+/// current recorder change later (a test's local recorder), the series are
+/// registered per call again, as with [`refusal`].
+#[derive(Default)]
+pub(crate) struct HotSeries {
+    #[cfg(feature = "metrics")]
+    cell: std::sync::OnceLock<enabled::Hot>,
+}
+
+impl std::fmt::Debug for HotSeries {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HotSeries").finish_non_exhaustive()
+    }
+}
+
+impl HotSeries {
+    /// A valid verification ([`verification`] with `Ok(None)`).
+    #[inline]
+    pub(crate) fn verified(&self) {
+        #[cfg(feature = "metrics")]
+        match enabled::Hot::get(&self.cell) {
+            Some(hot) => hot.verified.increment(1),
+            None => verification(Ok(None)),
+        }
+    }
+
+    /// A call redeemed from a prepaid session.
+    #[inline]
+    pub(crate) fn redeemed(&self) {
+        #[cfg(feature = "metrics")]
+        match enabled::Hot::get(&self.cell) {
+            Some(hot) => hot.redeemed.increment(1),
+            None => ::metrics::counter!(names::SESSIONS_REDEEMED_TOTAL).increment(1),
+        }
+    }
+
+    /// [`settlement`], through the handle of a successful one.
+    #[inline]
+    pub(crate) fn settlement(
+        &self,
+        receipt: Option<&SettleResponse>,
+        network: &str,
+        asset: &str,
+        amount: AtomicAmount,
+    ) {
+        #[cfg(feature = "metrics")]
+        if let Some(r) = receipt.filter(|r| r.success) {
+            if let Some(hot) = enabled::Hot::get(&self.cell) {
+                hot.settled.increment(1);
+                enabled::amount(network, asset, r.amount.unwrap_or(amount));
+                return;
+            }
+        }
+        settlement(receipt, network, asset, amount);
+    }
+
+    /// [`FacilitatorTimer::done`] for a `verify` or `settle` call.
+    #[inline]
+    pub(crate) fn facilitator_call(&self, timer: FacilitatorTimer, op: FacilitatorOp) {
+        #[cfg(feature = "metrics")]
+        {
+            let name = match op {
+                FacilitatorOp::Verify => "verify",
+                FacilitatorOp::Settle => "settle",
+            };
+            match enabled::Hot::get(&self.cell) {
+                Some(hot) => {
+                    let seconds = timer.start.elapsed().as_secs_f64();
+                    match op {
+                        FacilitatorOp::Verify => hot.verify_seconds.record(seconds),
+                        FacilitatorOp::Settle => hot.settle_seconds.record(seconds),
+                    }
+                }
+                None => timer.done(name),
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = (timer, op);
+    }
+}
+
+/// The facilitator calls of every paid request, for [`HotSeries`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum FacilitatorOp {
+    /// `POST /verify`.
+    Verify,
+    /// `POST /settle`.
+    Settle,
 }
 
 /// A refusal of a request on `route`: a challenge (402) or another refusal.
@@ -480,13 +636,6 @@ pub(crate) fn settlement(
 pub(crate) fn session_opened() {
     #[cfg(feature = "metrics")]
     ::metrics::counter!(names::SESSIONS_OPENED_TOTAL).increment(1);
-}
-
-/// A prepaid session call was redeemed.
-#[inline]
-pub(crate) fn session_redeemed() {
-    #[cfg(feature = "metrics")]
-    ::metrics::counter!(names::SESSIONS_REDEEMED_TOTAL).increment(1);
 }
 
 /// Times a facilitator call; records on [`done`](Self::done).

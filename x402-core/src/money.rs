@@ -144,9 +144,36 @@ impl Serialize for AtomicAmount {
 
 impl<'de> Deserialize<'de> for AtomicAmount {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let s = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        Self::parse_decimal(&s).map_err(serde::de::Error::custom)
+        with_str(deserializer, Self::parse_decimal)
     }
+}
+
+/// Deserialises a string and hands it to `parse` without copying it when
+/// the input lends it (as `Cow<str>` does not: serde always gives that an
+/// owned `String`).
+pub(crate) fn with_str<'de, D, T, E>(
+    deserializer: D,
+    parse: impl FnOnce(&str) -> Result<T, E>,
+) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    E: std::fmt::Display,
+{
+    struct Visit<F>(F);
+    impl<'de, T, E, F> serde::de::Visitor<'de> for Visit<F>
+    where
+        F: FnOnce(&str) -> Result<T, E>,
+        E: std::fmt::Display,
+    {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<X: serde::de::Error>(self, v: &str) -> Result<T, X> {
+            (self.0)(v).map_err(X::custom)
+        }
+    }
+    deserializer.deserialize_str(Visit(parse))
 }
 
 /// Serde helpers for uint256 fields that may arrive as decimal or `0x` hex
@@ -161,10 +188,9 @@ pub mod decimal_or_hex {
 
     /// Accepts a decimal or `0x`-prefixed hexadecimal string.
     pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<U256, D::Error> {
-        let s = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        AtomicAmount::parse_decimal_or_hex(&s)
-            .map(AtomicAmount::get)
-            .map_err(serde::de::Error::custom)
+        with_str(deserializer, |s| {
+            AtomicAmount::parse_decimal_or_hex(s).map(AtomicAmount::get)
+        })
     }
 }
 

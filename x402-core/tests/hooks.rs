@@ -15,8 +15,8 @@ use x402_core::{
     codec,
     facilitator::FacilitatorError,
     hooks::{
-        AfterVerify, BeforeSettle, BeforeVerify, CancelReason, HookError, PaymentContext,
-        PaymentHooks, ProtectedRequest, RequestContext,
+        AfterVerify, BeforeSettle, BeforeVerify, CancelReason, HookError, HookSteps,
+        PaymentContext, PaymentHooks, ProtectedRequest, RequestContext,
     },
     proto::{SettleResponse, VerifyResponse},
     route::RequestView,
@@ -50,6 +50,8 @@ struct Script {
     recover_verify: bool,
     before_settle_abort: Option<String>,
     recover_settle: bool,
+    /// The steps the hook names (`None`: every step, the default).
+    steps: Option<HookSteps>,
 }
 
 /// A hook that follows its script and logs every call as `name:step`.
@@ -75,6 +77,10 @@ struct Broken;
 
 #[async_trait]
 impl PaymentHooks for Scripted {
+    fn steps(&self) -> HookSteps {
+        self.script.steps.unwrap_or(HookSteps::ALL)
+    }
+
     async fn on_protected_request(
         &self,
         _: &RequestContext<'_>,
@@ -461,6 +467,64 @@ async fn before_settle_aborts_and_settle_failure_can_be_recovered() {
         codec::decode(headers[codec::PAYMENT_RESPONSE].as_bytes(), 1 << 16).unwrap();
     assert_eq!(receipt["transaction"], "0xrecovered");
     s.facilitator.assert_calls(1, 1);
+}
+
+#[tokio::test]
+async fn a_hook_is_called_only_at_the_steps_it_names() {
+    let s = setup(
+        StandIn::new(),
+        vec![
+            (
+                "a",
+                Script {
+                    steps: Some(HookSteps::AFTER_VERIFY | HookSteps::PAYMENT_CANCELED),
+                    ..Script::default()
+                },
+            ),
+            (
+                "b",
+                Script {
+                    steps: Some(HookSteps::BEFORE_VERIFY | HookSteps::AFTER_SETTLE),
+                    ..Script::default()
+                },
+            ),
+        ],
+    );
+    let header = payment(&s.engine).await;
+    s.log.lock().unwrap().clear();
+    let Decision::Paid(paid) = decide(&s.engine, Some(&header)).await else {
+        panic!()
+    };
+    assert!(matches!(
+        paid.complete(StatusCode::OK, &mut HeaderMap::new()).await,
+        Completion::Deliver
+    ));
+    assert_eq!(
+        *s.log.lock().unwrap(),
+        ["b:before_verify", "a:after_verify", "b:after_settle"]
+    );
+
+    // A failed handler: the hook that accepted the payment is told; the one
+    // that does not name the step is not.
+    let header = payment(&s.engine).await;
+    s.log.lock().unwrap().clear();
+    let Decision::Paid(paid) = decide(&s.engine, Some(&header)).await else {
+        panic!()
+    };
+    assert!(matches!(
+        paid.complete(StatusCode::INTERNAL_SERVER_ERROR, &mut HeaderMap::new())
+            .await,
+        Completion::Deliver
+    ));
+    assert_eq!(
+        *s.log.lock().unwrap(),
+        [
+            "b:before_verify",
+            "a:after_verify",
+            "a:canceled(HandlerFailed(500))"
+        ]
+    );
+    s.facilitator.assert_calls(2, 1);
 }
 
 #[tokio::test]

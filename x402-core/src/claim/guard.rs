@@ -1,6 +1,10 @@
 //! The replay guard: the after-verify hook that claims each payment.
 
-use std::{fmt, sync::Arc, time::Duration};
+use std::{
+    fmt,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 
 use async_trait::async_trait;
 
@@ -8,7 +12,7 @@ use super::{
     claim_key, ClaimKey, ClaimKeyError, ClaimStore, ClaimStoreError, Claimed, MemoryClaimStore,
 };
 use crate::{
-    hooks::{AfterVerify, CancelReason, HookError, PaymentContext, PaymentHooks},
+    hooks::{AfterVerify, CancelReason, HookError, HookSteps, PaymentContext, PaymentHooks},
     late::{Late, LATE_ANSWER_WAIT},
     proto::VerifyResponse,
 };
@@ -211,10 +215,49 @@ impl ReplayGuard {
     }
 }
 
+impl ReplayGuard {
+    /// The claim of a store that must be awaited: within the guard's
+    /// deadline, a claim that lands after it released (or, failing open,
+    /// kept).
+    async fn claim_late(
+        &self,
+        key: &str,
+        expires_at: SystemTime,
+    ) -> Result<Claimed, ClaimStoreError> {
+        let mut call = {
+            let store = Arc::clone(&self.store);
+            let (key, release_key) = (key.to_owned(), key.to_owned());
+            let release_store = Arc::clone(&self.store);
+            Late::new(
+                "replay claim",
+                async move { store.claim(&key, expires_at).await },
+                move |answer| release_late_claim(release_store, release_key, answer),
+            )
+        };
+        let answer = match call.answer(self.deadline).await {
+            Some(answer) => answer,
+            None => {
+                if self.fail_open {
+                    // The payment goes ahead unclaimed: a claim that lands
+                    // late is kept, and a replay it detects is logged.
+                    call.on_late(keep_late_claim(key.to_owned()));
+                }
+                Err(ClaimStoreError::TimedOut(self.deadline))
+            }
+        };
+        drop(call);
+        answer
+    }
+}
+
 #[async_trait]
 impl PaymentHooks for ReplayGuard {
     fn inspects_requests(&self) -> bool {
         false
+    }
+
+    fn steps(&self) -> HookSteps {
+        HookSteps::AFTER_VERIFY | HookSteps::PAYMENT_CANCELED
     }
 
     async fn after_verify(
@@ -232,28 +275,10 @@ impl PaymentHooks for ReplayGuard {
         // The claim is a write: if this request stops waiting for it (the
         // deadline passed, or the client hung up mid-call), it may land all
         // the same, and is then released, since its request was refused.
-        let mut call = {
-            let store = Arc::clone(&self.store);
-            let (key, release_key) = (key.clone(), key.clone());
-            let release_store = Arc::clone(&self.store);
-            Late::new(
-                "replay claim",
-                async move { store.claim(&key, expires_at).await },
-                move |answer| release_late_claim(release_store, release_key, answer),
-            )
-        };
-        let answer = match call.answer(self.deadline).await {
+        let answer = match self.store.claim_now(&key, expires_at) {
             Some(answer) => answer,
-            None => {
-                if self.fail_open {
-                    // The payment goes ahead unclaimed: a claim that lands
-                    // late is kept, and a replay it detects is logged.
-                    call.on_late(keep_late_claim(key.clone()));
-                }
-                Err(ClaimStoreError::TimedOut(self.deadline))
-            }
+            None => self.claim_late(&key, expires_at).await,
         };
-        drop(call);
 
         let key_log = KeyForLog(&key);
         match answer {

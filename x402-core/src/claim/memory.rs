@@ -111,6 +111,14 @@ impl ClaimStore for MemoryClaimStore {
         Ok(self.lock().claim(key, expires_at, SystemTime::now()))
     }
 
+    fn claim_now(
+        &self,
+        key: &str,
+        expires_at: SystemTime,
+    ) -> Option<Result<Claimed, ClaimStoreError>> {
+        Some(Ok(self.lock().claim(key, expires_at, SystemTime::now())))
+    }
+
     async fn release(&self, key: &str) -> Result<(), ClaimStoreError> {
         let key = digest(key);
         self.lock().map.remove(&key);

@@ -137,6 +137,19 @@ pub trait ClaimStore: Send + Sync + 'static {
     /// Releases `key`, so that it can be claimed again. Releasing a key that
     /// is not claimed is not an error.
     async fn release(&self, key: &str) -> Result<(), ClaimStoreError>;
+
+    /// [`claim`](Self::claim), for a store that can answer without waiting
+    /// (an in-process one): `Some` answer, or `None` to be awaited as usual.
+    /// The default is `None`. A store that answers here spares the replay
+    /// guard its deadline timer and the claim's future.
+    fn claim_now(
+        &self,
+        key: &str,
+        expires_at: SystemTime,
+    ) -> Option<Result<Claimed, ClaimStoreError>> {
+        let _ = (key, expires_at);
+        None
+    }
 }
 
 #[async_trait]
@@ -148,6 +161,14 @@ impl<T: ClaimStore + ?Sized> ClaimStore for Arc<T> {
     async fn release(&self, key: &str) -> Result<(), ClaimStoreError> {
         (**self).release(key).await
     }
+
+    fn claim_now(
+        &self,
+        key: &str,
+        expires_at: SystemTime,
+    ) -> Option<Result<Claimed, ClaimStoreError>> {
+        (**self).claim_now(key, expires_at)
+    }
 }
 
 #[async_trait]
@@ -158,6 +179,14 @@ impl<T: ClaimStore + ?Sized> ClaimStore for Box<T> {
 
     async fn release(&self, key: &str) -> Result<(), ClaimStoreError> {
         (**self).release(key).await
+    }
+
+    fn claim_now(
+        &self,
+        key: &str,
+        expires_at: SystemTime,
+    ) -> Option<Result<Claimed, ClaimStoreError>> {
+        (**self).claim_now(key, expires_at)
     }
 }
 

@@ -343,7 +343,10 @@ impl EngineBuilder {
             hooks.push(Arc::new(guard));
         }
         hooks.extend(self.hooks);
-        let inspects_requests = hooks.iter().any(|h| h.inspects_requests());
+        let inspects_requests = hooks
+            .iter()
+            .any(|h| h.inspects_requests() && h.steps().contains(HookSteps::PROTECTED_REQUEST));
+        let hooks = hook_list::HookList::new(hooks);
         Ok(Engine {
             inner: Arc::new(Inner {
                 facilitator: self.facilitator,
@@ -351,6 +354,7 @@ impl EngineBuilder {
                 bound: std::sync::Mutex::new(Vec::new()),
                 origin,
                 hooks,
+                series: crate::metrics::HotSeries::default(),
                 inspects_requests,
                 max_header_bytes: self.max_header_bytes,
                 paywall: self.paywall,

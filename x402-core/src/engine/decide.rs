@@ -17,7 +17,7 @@ impl Engine {
             request,
             route: route.pattern(),
         };
-        for hook in &self.inner.hooks {
+        for hook in self.inner.hooks.at(HookSteps::PROTECTED_REQUEST) {
             match hook.on_protected_request(&ctx).await {
                 Ok(ProtectedRequest::Continue) => {}
                 Ok(ProtectedRequest::GrantAccess) => return Decision::Pass,
@@ -222,12 +222,16 @@ impl Engine {
             }
         };
         span.record("payer", verdict.payer.as_deref());
-        crate::metrics::verification(Ok((!verdict.is_valid).then(|| {
-            verdict
-                .invalid_reason
-                .as_deref()
-                .unwrap_or("invalid_payment")
-        })));
+        if verdict.is_valid {
+            self.inner.series.verified();
+        } else {
+            crate::metrics::verification(Ok(Some(
+                verdict
+                    .invalid_reason
+                    .as_deref()
+                    .unwrap_or("invalid_payment"),
+            )));
+        }
         if !verdict.is_valid {
             let reason = verdict
                 .invalid_reason
@@ -248,7 +252,7 @@ impl Engine {
             ctx: &pctx,
             count: 0,
         };
-        for (i, hook) in self.inner.hooks.iter().enumerate() {
+        for (i, hook) in self.inner.hooks.enumerate_at(HookSteps::AFTER_VERIFY) {
             let outcome = hook
                 .after_verify(&pctx, &verdict)
                 .instrument(claim_span.clone())
@@ -266,7 +270,7 @@ impl Engine {
             };
             // Hooks that already accepted this payment (a claim, say) are told
             // it will not proceed.
-            for earlier in &self.inner.hooks[..i] {
+            for earlier in self.inner.hooks.before_at(i, HookSteps::PAYMENT_CANCELED) {
                 earlier
                     .on_payment_canceled(&pctx, CancelReason::Refused)
                     .await;
@@ -353,7 +357,7 @@ impl Engine {
         drop(call);
         let remaining = match answer {
             Some(Ok(Redemption::Redeemed { remaining })) => {
-                crate::metrics::session_redeemed();
+                self.inner.series.redeemed();
                 remaining
             }
             Some(Ok(Redemption::Unknown)) => {
@@ -430,7 +434,7 @@ impl Engine {
         ctx: &PaymentContext<'_>,
         request: &FacilitatorRequest,
     ) -> Result<VerifyResponse, Refusal> {
-        for hook in &self.inner.hooks {
+        for hook in self.inner.hooks.at(HookSteps::BEFORE_VERIFY) {
             match hook.before_verify(ctx).await {
                 Ok(BeforeVerify::Continue) => {}
                 Ok(BeforeVerify::Abort { reason }) => return Err(Refusal::Invalid(reason)),
@@ -458,12 +462,14 @@ impl Engine {
         }
         let timer = crate::metrics::FacilitatorTimer::start();
         let answer = self.inner.facilitator.verify(request).await;
-        timer.done("verify");
+        self.inner
+            .series
+            .facilitator_call(timer, crate::metrics::FacilitatorOp::Verify);
         self.inner.observed.record(&answer);
         match answer {
             Ok(v) => Ok(v),
             Err(error) => {
-                for hook in &self.inner.hooks {
+                for hook in self.inner.hooks.at(HookSteps::VERIFY_FAILURE) {
                     if let Some(v) = hook.on_verify_failure(ctx, &error).await {
                         return Ok(v);
                     }
@@ -487,13 +493,14 @@ pub(super) struct Accepted<'a> {
 
 impl Drop for Accepted<'_> {
     fn drop(&mut self) {
-        let Some(hooks) = self.engine.inner.hooks.get(..self.count) else {
-            return;
-        };
+        let hooks = self
+            .engine
+            .inner
+            .hooks
+            .before_at(self.count, HookSteps::PAYMENT_CANCELED);
         if hooks.is_empty() {
             return;
         }
-        let hooks = hooks.to_vec();
         let (route, payload, requirements, network) = (
             self.ctx.route.to_owned(),
             self.ctx.payload.clone(),

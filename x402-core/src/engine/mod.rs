@@ -60,8 +60,8 @@ use crate::{
     codec,
     facilitator::{Facilitator, FacilitatorError},
     hooks::{
-        AfterVerify, BeforeVerify, CancelReason, HookError, PaymentContext, PaymentHooks,
-        ProtectedRequest, RequestContext,
+        AfterVerify, BeforeVerify, CancelReason, HookError, HookSteps, PaymentContext,
+        PaymentHooks, ProtectedRequest, RequestContext,
     },
     late::Late,
     meter::Meter,
@@ -81,6 +81,7 @@ mod decide;
 mod describe;
 mod drive;
 mod guard;
+mod hook_list;
 mod matching;
 mod origin;
 mod paid;
@@ -117,7 +118,9 @@ struct Inner {
     /// against paths, listed by discovery.
     bound: std::sync::Mutex<Vec<Arc<CompiledRoute>>>,
     origin: Origin,
-    hooks: Vec<Arc<dyn PaymentHooks>>,
+    hooks: hook_list::HookList,
+    /// The series every paid request records.
+    series: crate::metrics::HotSeries,
     /// Whether any hook implements `on_protected_request`.
     inspects_requests: bool,
     max_header_bytes: usize,

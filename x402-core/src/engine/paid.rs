@@ -19,7 +19,9 @@ use super::{
 };
 use crate::unix::now as unix_now;
 use crate::{
-    hooks::{BeforeSettle, CancelReason, PaymentContext, SessionOpenFailed, SessionOpened},
+    hooks::{
+        BeforeSettle, CancelReason, HookSteps, PaymentContext, SessionOpenFailed, SessionOpened,
+    },
     meter::{self, Meter},
     money::AtomicAmount,
     proto::{v2, FacilitatorRequest, JsonObject, SettleResponse},
@@ -306,7 +308,7 @@ impl PaidRequest {
                     requirements: &state.request.payment_requirements,
                     network: &state.network,
                 };
-                for hook in &self.engine.inner.hooks {
+                for hook in self.engine.inner.hooks.at(HookSteps::PAYMENT_CANCELED) {
                     hook.on_payment_canceled(&ctx, reason).await;
                 }
             }
@@ -416,7 +418,7 @@ impl Drop for PaidRequest {
         );
         let needs_telling = match &self.kind {
             Kind::Session { .. } => !keep_claim,
-            Kind::Payment(_) => !self.engine.inner.hooks.is_empty(),
+            Kind::Payment(_) => self.engine.inner.hooks.any_at(HookSteps::PAYMENT_CANCELED),
             Kind::Settled(_) | Kind::Spent => false,
         };
         if !needs_telling {
@@ -497,7 +499,7 @@ impl Settlement {
             payer: self.payment.payer.clone(),
             ..SettleResponse::failure(settle_request.payment_requirements.network(), reason)
         };
-        for hook in hooks {
+        for hook in hooks.at(HookSteps::BEFORE_SETTLE) {
             match hook.before_settle(&ctx).await {
                 Ok(BeforeSettle::Continue) => {}
                 Ok(BeforeSettle::Abort { reason }) => {
@@ -535,13 +537,16 @@ impl Settlement {
                 .settle(&settle_request)
                 .instrument(span)
                 .await;
-            timer.done("settle");
+            self.engine
+                .inner
+                .series
+                .facilitator_call(timer, crate::metrics::FacilitatorOp::Settle);
             self.engine.inner.observed.record(&answer);
             match answer {
                 Ok(r) => Ok(r),
                 Err(error) => {
                     let mut recovered = None;
-                    for hook in hooks {
+                    for hook in hooks.at(HookSteps::SETTLE_FAILURE) {
                         if let Some(r) = hook.on_settle_failure(&ctx, &error).await {
                             recovered = Some(r);
                             break;
@@ -578,13 +583,13 @@ impl Settlement {
         if receipt.success && receipt.amount.is_none() && charge.is_some() {
             receipt.amount = charge;
         }
-        crate::metrics::settlement(
+        self.engine.inner.series.settlement(
             Some(&receipt),
             &state.network,
             &self.payment.asset,
             settle_request.payment_requirements.amount(),
         );
-        for hook in hooks {
+        for hook in hooks.at(HookSteps::AFTER_SETTLE) {
             hook.after_settle(&ctx, &receipt).await;
         }
         if !receipt.success {
@@ -672,7 +677,7 @@ impl Settlement {
             expires_at,
             scope: offer.scope.clone(),
         };
-        for hook in &inner.hooks {
+        for hook in inner.hooks.at(HookSteps::SESSION_OPENED) {
             hook.on_session_opened(ctx, receipt, &info).await;
         }
     }
@@ -716,7 +721,7 @@ impl Settlement {
             attempts,
             error,
         };
-        for hook in &inner.hooks {
+        for hook in inner.hooks.at(HookSteps::SESSION_OPEN_FAILED) {
             hook.on_session_open_failed(ctx, receipt, &failure).await;
         }
     }

@@ -195,22 +195,22 @@ pub(crate) fn receipt_header(
     receipt: &SettleResponse,
     version: X402Version,
 ) -> Option<(HeaderName, HeaderValue)> {
-    let mut receipt = receipt.clone();
-    let name = match version {
-        X402Version::V2 => {
-            if let Some(c) = network::caip2(&receipt.network) {
-                receipt.network = c.to_owned();
-            }
-            codec::PAYMENT_RESPONSE
-        }
-        X402Version::V1 => {
-            if let Some(n) = network::v1_name(&receipt.network) {
-                receipt.network = n.to_owned();
-            }
-            codec::X_PAYMENT_RESPONSE
-        }
+    let (name, network) = match version {
+        X402Version::V2 => (codec::PAYMENT_RESPONSE, network::caip2(&receipt.network)),
+        X402Version::V1 => (
+            codec::X_PAYMENT_RESPONSE,
+            network::v1_name(&receipt.network),
+        ),
     };
-    let value = codec::encode(&receipt).ok()?;
+    // In its version's naming; copied only when it must be renamed.
+    let value = match network {
+        Some(network) if network != receipt.network => codec::encode(&SettleResponse {
+            network: network.to_owned(),
+            ..receipt.clone()
+        }),
+        _ => codec::encode(receipt),
+    }
+    .ok()?;
     Some((name, HeaderValue::try_from(value).ok()?))
 }
 

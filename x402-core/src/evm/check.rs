@@ -11,7 +11,7 @@ use std::{
     sync::{Mutex, OnceLock, PoisonError},
 };
 
-use alloy_primitives::{keccak256, Address, B256, U256};
+use alloy_primitives::{Address, B256, U256};
 
 use super::{
     eip3009_domain, reason, recover_signer, ExactEvmPayload, Permit2Payload, SignatureError,
@@ -343,7 +343,12 @@ pub(crate) fn recover_cached(digest: B256, signature: &[u8]) -> Result<Address, 
     const CAPACITY: usize = 4096;
     static RECOVERED: OnceLock<Mutex<HashMap<B256, Address>>> = OnceLock::new();
 
-    let key = keccak256([digest.as_slice(), signature].concat());
+    let key = {
+        let mut hasher = alloy_primitives::Keccak256::new();
+        hasher.update(digest);
+        hasher.update(signature);
+        hasher.finalize()
+    };
     // The map holds plain values: a panic elsewhere cannot leave an entry
     // half-written, so a poisoned lock is still sound to use.
     let lock = || {

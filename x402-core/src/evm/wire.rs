@@ -9,7 +9,7 @@ use std::{borrow::Cow, fmt::Display, str::FromStr};
 use alloy_primitives::{Address, U256};
 use serde::{de::Error as _, Deserialize, Deserializer, Serializer};
 
-use crate::money::AtomicAmount;
+use crate::money::{with_str, AtomicAmount};
 
 /// Parses a `0x`-prefixed hex string with `T`'s [`FromStr`].
 fn parse_prefixed<T>(s: &str) -> Result<T, String>
@@ -56,8 +56,7 @@ pub(super) mod prefixed_hex {
         T::Err: Display,
         D: Deserializer<'de>,
     {
-        let s = <Cow<'de, str>>::deserialize(deserializer)?;
-        parse_prefixed(&s).map_err(D::Error::custom)
+        with_str(deserializer, parse_prefixed)
     }
 }
 
@@ -76,8 +75,7 @@ pub(super) mod checksummed {
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Address, D::Error> {
-        let s = <Cow<'de, str>>::deserialize(deserializer)?;
-        parse_prefixed(&s).map_err(D::Error::custom)
+        with_str(deserializer, parse_prefixed)
     }
 }
 
@@ -115,10 +113,9 @@ pub(super) mod decimal_u256 {
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<U256, D::Error> {
-        let s = <Cow<'de, str>>::deserialize(deserializer)?;
-        AtomicAmount::parse_decimal(&s)
-            .map(AtomicAmount::get)
-            .map_err(D::Error::custom)
+        with_str(deserializer, |s| {
+            AtomicAmount::parse_decimal(s).map(AtomicAmount::get)
+        })
     }
 }
 

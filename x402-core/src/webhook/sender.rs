@@ -14,7 +14,7 @@ use super::{
 };
 use crate::{
     facilitator::FacilitatorError,
-    hooks::{PaymentContext, PaymentHooks, SessionOpenFailed, SessionOpened},
+    hooks::{HookSteps, PaymentContext, PaymentHooks, SessionOpenFailed, SessionOpened},
     proto::SettleResponse,
 };
 
@@ -560,6 +560,13 @@ impl WebhookHooks {
 impl PaymentHooks for WebhookHooks {
     fn inspects_requests(&self) -> bool {
         false
+    }
+
+    fn steps(&self) -> HookSteps {
+        HookSteps::AFTER_SETTLE
+            | HookSteps::SETTLE_FAILURE
+            | HookSteps::SESSION_OPENED
+            | HookSteps::SESSION_OPEN_FAILED
     }
 
     async fn after_settle(&self, ctx: &PaymentContext<'_>, receipt: &SettleResponse) {
