@@ -176,6 +176,22 @@ impl Engine {
         };
         let version = payload.version();
 
+        // payment-identifier: looked up before verifying (a resend of a
+        // settled payment no longer verifies). Any refusal below drops the
+        // reservation, which releases it.
+        let mut identifier = match Box::pin(crate::payment_id::flow::begin(
+            &self.inner.payment_ids,
+            route,
+            &payload,
+            header,
+            self.inner.max_header_bytes,
+        ))
+        .await
+        {
+            Ok(held) => held,
+            Err(response) => return Decision::Respond(response),
+        };
+
         let Some(matched) = find_match(&resolved, &payload) else {
             return refuse(Refusal::NoMatchingRequirements, Some(version), None);
         };
@@ -299,11 +315,15 @@ impl Engine {
         };
         let decimals = offer.decimals;
         let session = matched.session;
+        if let Some(held) = &mut identifier {
+            held.set_lifetime(&request_body, &network);
+        }
         Decision::Paid(Box::new(PaidRequest {
             engine: self.clone(),
             route: compiled.clone(),
             payment: Arc::new(payment),
             finished: false,
+            identifier,
             kind: paid::Kind::Payment(Box::new(paid::PaymentState {
                 request: request_body,
                 network,
@@ -404,6 +424,7 @@ impl Engine {
             route: compiled.clone(),
             payment: Arc::new(payment),
             finished: false,
+            identifier: None,
             kind: paid::Kind::Session {
                 token: hash,
                 remaining,

@@ -101,6 +101,7 @@ pub use self::paid::{Completion, PaidRequest, Reply};
 pub use self::resolve::OfferError;
 use self::resolve::ResolvedOffer;
 pub use self::response::{handler_failed_response, EngineResponse, Refusal, EXPOSE_HEADERS};
+pub(crate) use self::response::expose as expose_headers;
 use self::response::{ChallengeParts, EncodedChallenge};
 use self::{decide::*, guard::*, origin::*, table::*};
 
@@ -136,6 +137,8 @@ struct Inner {
     limits: Option<crate::limit::Limits>,
     /// The per-network minimum prices ([`EngineBuilder::price_floors`]).
     price_floors: crate::floor::PriceFloors,
+    /// [`EngineBuilder::payment_identifiers`].
+    payment_ids: crate::payment_id::PaymentIdentifiers,
 }
 
 impl fmt::Debug for Engine {
