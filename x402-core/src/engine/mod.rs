@@ -100,8 +100,8 @@ pub use self::guard::{BoundRoute, Guard};
 pub use self::paid::{Completion, PaidRequest, Reply};
 pub use self::resolve::OfferError;
 use self::resolve::ResolvedOffer;
-pub use self::response::{handler_failed_response, EngineResponse, Refusal, EXPOSE_HEADERS};
 pub(crate) use self::response::expose as expose_headers;
+pub use self::response::{handler_failed_response, EngineResponse, Refusal, EXPOSE_HEADERS};
 use self::response::{ChallengeParts, EncodedChallenge};
 use self::{decide::*, guard::*, origin::*, table::*};
 

@@ -46,7 +46,9 @@ pub(crate) struct Held {
 
 impl std::fmt::Debug for Held {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Held").field("key", &self.key).finish_non_exhaustive()
+        f.debug_struct("Held")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
     }
 }
 
@@ -127,7 +129,10 @@ pub(crate) async fn begin(
                 }))
             }
             Some(Reservation::Stored(stored)) => {
-                tracing::debug!(route = route.pattern(), "x402: payment id seen settled; replaying its response");
+                tracing::debug!(
+                    route = route.pattern(),
+                    "x402: payment id seen settled; replaying its response"
+                );
                 return Err(stored.to_response());
             }
             Some(Reservation::Conflict) => {
@@ -246,10 +251,7 @@ impl Held {
         // Session tokens are shown once, and never stored.
         headers.remove(X_PAYMENT_SESSION);
         headers.remove(X_PAYMENT_SESSION_REMAINING);
-        let body = self
-            .body
-            .take()
-            .filter(|b| b.len() <= self.max_body_bytes);
+        let body = self.body.take().filter(|b| b.len() <= self.max_body_bytes);
         if body.is_some() {
             // The engine sends a held body with its length known.
             headers.remove(header::TRANSFER_ENCODING);
@@ -278,18 +280,31 @@ impl Held {
     /// Releases the id, so that a retry can run.
     pub(crate) async fn release(mut self) {
         self.done = true;
-        release(self.store.clone(), self.key.clone(), self.digest, self.deadline).await;
+        release(
+            self.store.clone(),
+            self.key.clone(),
+            self.digest,
+            self.deadline,
+        )
+        .await;
     }
 }
 
-async fn release(store: Arc<dyn PaymentIdStore>, key: String, digest: PayloadDigest, deadline: Duration) {
+async fn release(
+    store: Arc<dyn PaymentIdStore>,
+    key: String,
+    digest: PayloadDigest,
+    deadline: Duration,
+) {
     let deadline = deadline.max(Duration::from_secs(1));
     match tokio::time::timeout(deadline, store.release(&key, &digest)).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "x402: could not release a payment id; it lapses with its reservation");
         }
-        Err(_) => tracing::warn!("x402: releasing a payment id timed out; it lapses with its reservation"),
+        Err(_) => {
+            tracing::warn!("x402: releasing a payment id timed out; it lapses with its reservation")
+        }
     }
 }
 

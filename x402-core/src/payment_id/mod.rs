@@ -222,7 +222,11 @@ pub fn payment_id(payload: &PaymentPayload) -> Result<Option<&str>, InvalidPayme
 /// an id is required.
 pub(crate) fn declared(extensions: &crate::proto::JsonObject) -> Option<bool> {
     let info = extensions.get(PAYMENT_IDENTIFIER)?.get("info")?;
-    Some(info.get("required").and_then(Value::as_bool).unwrap_or(false))
+    Some(
+        info.get("required")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+    )
 }
 
 /// The SHA-256 of a payment's canonical JSON: what "the exact same payload"
@@ -496,7 +500,10 @@ impl PaymentIdentifiers {
 
 /// Stored header values, for a [`StoredResponse`] built by hand.
 pub(crate) fn omitted_marker() -> (HeaderName, HeaderValue) {
-    (X_PAYMENT_IDENTIFIER_BODY, HeaderValue::from_static("omitted"))
+    (
+        X_PAYMENT_IDENTIFIER_BODY,
+        HeaderValue::from_static("omitted"),
+    )
 }
 
 /// The engine's `{"error": reason}` answers of this module.

@@ -79,7 +79,9 @@ impl StoredResponse {
         let body = match wire.b {
             None => None,
             Some(b) => Some(Bytes::from(
-                STANDARD.decode(b).map_err(|_| PaymentIdStoreError::Corrupt)?,
+                STANDARD
+                    .decode(b)
+                    .map_err(|_| PaymentIdStoreError::Corrupt)?,
             )),
         };
         Ok(Self {
