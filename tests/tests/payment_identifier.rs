@@ -75,6 +75,13 @@ impl Drop for Chain {
 
 impl Chain {
     async fn start(server: Start) -> Self {
+        Self::start_with(server, None).await.0
+    }
+
+    /// With `redis`, the server keeps claims, sessions and payment ids
+    /// there (`REDIS_URL`); also returns its configuration, to start more
+    /// instances of it ([`Chain::another`]).
+    async fn start_with(server: Start, redis: Option<String>) -> (Self, Config) {
         let anvil = Anvil::start();
         let provider = anvil.provider(accounts::KEY_0).await;
         let token = anvil::deploy_test_usdc(&provider, "USDC", "2").await;
@@ -94,10 +101,11 @@ impl Chain {
                 rpc_url: anvil.url.clone(),
                 private_key: accounts::KEY_0.into(),
             },
+            redis_url: redis,
             ..Config::dev()
         };
-        let (base, server) = server(config).await;
-        Self {
+        let (base, server) = server(config.clone()).await;
+        let chain = Self {
             anvil,
             provider,
             token,
@@ -105,7 +113,8 @@ impl Chain {
             payee,
             base,
             server,
-        }
+        };
+        (chain, config)
     }
 
     async fn balances(&self) -> (U256, U256) {
@@ -159,23 +168,28 @@ impl Chain {
 
     /// Sends `header` as `PAYMENT-SIGNATURE`, as a buyer resending it would.
     async fn resend(&self, http: &reqwest::Client, header: &str) -> Resent {
-        let response = http
-            .get(format!("{}{PATH}", self.base))
-            .header("PAYMENT-SIGNATURE", header)
-            .send()
-            .await
-            .unwrap();
-        let status = response.status().as_u16();
-        let receipt = response
-            .headers()
-            .get("payment-response")
-            .map(|v| v.to_str().unwrap().to_owned());
-        let body = response.text().await.unwrap();
-        Resent {
-            status,
-            receipt,
-            body,
-        }
+        resend_to(&self.base, http, header).await
+    }
+}
+
+/// Sends `header` as `PAYMENT-SIGNATURE` to the server at `base`.
+async fn resend_to(base: &str, http: &reqwest::Client, header: &str) -> Resent {
+    let response = http
+        .get(format!("{base}{PATH}"))
+        .header("PAYMENT-SIGNATURE", header)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let receipt = response
+        .headers()
+        .get("payment-response")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let body = response.text().await.unwrap();
+    Resent {
+        status,
+        receipt,
+        body,
     }
 }
 
@@ -284,6 +298,43 @@ async fn twenty_concurrent_copies_run_once(server: Start) {
 
     let next = chain.client("pay", &new_id()).await;
     assert_eq!(run_of(next["body"].as_str().unwrap()), 2, "{next}");
+}
+
+/// Two instances sharing Redis, one on axum and one on actix-web: a
+/// payment made on the first and resent to the second gets the first's
+/// response, byte for byte, and runs no handler there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_sharing_redis_replay_each_others_responses() {
+    let redis = require::redis_url().await;
+    let (chain, config) = Chain::start_with(axum, Some(redis)).await;
+    let (other, other_server) = actix(config).await;
+    let _stop = AbortOnDrop(other_server);
+    let paid = chain.client("pay", &new_id()).await;
+    assert_eq!(paid["status"], 200, "{paid}");
+    let header = paid["paymentSignature"].as_str().unwrap();
+    let http = reqwest::Client::new();
+    let again = resend_to(&other, &http, header).await;
+    assert_eq!(again.status, 200, "{again:?}");
+    assert_eq!(again.body, paid["body"].as_str().unwrap());
+    assert_eq!(
+        again.receipt.as_deref(),
+        paid["paymentResponseRaw"].as_str()
+    );
+    chain.assert_paid(1).await;
+    // The actix instance's handler never ran: its first paid call is run 1.
+    let created = chain.client("create", &new_id()).await;
+    let fresh = resend_to(&other, &http, created["paymentSignature"].as_str().unwrap()).await;
+    assert_eq!(fresh.status, 200, "{fresh:?}");
+    assert_eq!(run_of(&fresh.body), 1);
+    chain.assert_paid(2).await;
+}
+
+struct AbortOnDrop(JoinHandle<Result<(), paid_api::Error>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 macro_rules! payment_identifier_suite {
