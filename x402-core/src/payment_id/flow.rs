@@ -303,7 +303,9 @@ async fn release(
             tracing::warn!(error = %e, "x402: could not release a payment id; it lapses with its reservation");
         }
         Err(_) => {
-            tracing::warn!("x402: releasing a payment id timed out; it lapses with its reservation")
+            tracing::warn!(
+                "x402: releasing a payment id timed out; it lapses with its reservation"
+            );
         }
     }
 }
