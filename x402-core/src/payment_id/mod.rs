@@ -128,6 +128,8 @@ pub(crate) mod flow;
 mod memory;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(test)]
+mod store_tests;
 mod stored;
 #[cfg(test)]
 mod tests;

@@ -12,6 +12,8 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use serde_json::{json, Value};
 
+#[cfg(feature = "redis")]
+use super::store_tests::{redis_url, unique_prefix};
 use super::*;
 use crate::{
     codec,
@@ -494,142 +496,6 @@ async fn a_store_that_is_down_fails_closed() {
     facilitator.assert_calls(0, 0);
 }
 
-// -- the stores, one suite ---------------------------------------------------
-
-fn digest(n: u8) -> PayloadDigest {
-    PayloadDigest([n; 32])
-}
-
-fn response(body: &'static [u8]) -> StoredResponse {
-    let mut headers = HeaderMap::new();
-    headers.insert("payment-response", HeaderValue::from_static("eyJzIjoxfQ=="));
-    StoredResponse {
-        status: StatusCode::OK,
-        headers,
-        body: Some(Bytes::from_static(body)),
-    }
-}
-
-async fn store_suite(store: &dyn PaymentIdStore, prefix: &str) {
-    let key = format!("{prefix}k1");
-    let soon = SystemTime::now() + Duration::from_secs(60);
-    let (mine, theirs) = (digest(1), digest(2));
-    assert_eq!(
-        store.reserve(&key, &mine, soon).await.unwrap(),
-        Reservation::Reserved
-    );
-    assert_eq!(
-        store.reserve(&key, &mine, soon).await.unwrap(),
-        Reservation::InFlight
-    );
-    assert_eq!(
-        store.reserve(&key, &theirs, soon).await.unwrap(),
-        Reservation::Conflict
-    );
-    // Another payload releases nothing.
-    store.release(&key, &theirs).await.unwrap();
-    assert_eq!(
-        store.reserve(&key, &mine, soon).await.unwrap(),
-        Reservation::InFlight
-    );
-    // Released: free again.
-    store.release(&key, &mine).await.unwrap();
-    assert_eq!(
-        store.reserve(&key, &theirs, soon).await.unwrap(),
-        Reservation::Reserved
-    );
-    store.release(&key, &theirs).await.unwrap();
-
-    // Reserved, then settled: the response, for the same payload only.
-    assert_eq!(
-        store.reserve(&key, &mine, soon).await.unwrap(),
-        Reservation::Reserved
-    );
-    store
-        .complete(&key, &mine, &response(b"one"), soon)
-        .await
-        .unwrap();
-    assert_eq!(
-        store.reserve(&key, &mine, soon).await.unwrap(),
-        Reservation::Stored(response(b"one"))
-    );
-    assert_eq!(
-        store.reserve(&key, &theirs, soon).await.unwrap(),
-        Reservation::Conflict
-    );
-    // A settled entry is never released, nor overwritten by another payload.
-    store.release(&key, &mine).await.unwrap();
-    store
-        .complete(&key, &theirs, &response(b"two"), soon)
-        .await
-        .unwrap();
-    assert_eq!(
-        store.reserve(&key, &mine, soon).await.unwrap(),
-        Reservation::Stored(response(b"one"))
-    );
-
-    // A lapsed reservation: completing still stores the response.
-    let other = format!("{prefix}k2");
-    store
-        .complete(&other, &mine, &response(b"late"), soon)
-        .await
-        .unwrap();
-    assert_eq!(
-        store.reserve(&other, &mine, soon).await.unwrap(),
-        Reservation::Stored(response(b"late"))
-    );
-}
-
-/// Concurrent reservations of one key: exactly one wins.
-async fn store_race(store: Arc<dyn PaymentIdStore>, prefix: &str) {
-    let key = format!("{prefix}race");
-    let soon = SystemTime::now() + Duration::from_secs(60);
-    let mut tasks = Vec::new();
-    for _ in 0..20 {
-        let (store, key) = (store.clone(), key.clone());
-        tasks.push(tokio::spawn(async move {
-            store.reserve(&key, &digest(7), soon).await.unwrap()
-        }));
-    }
-    let mut reserved = 0;
-    for task in tasks {
-        match task.await.unwrap() {
-            Reservation::Reserved => reserved += 1,
-            Reservation::InFlight => {}
-            other => panic!("{other:?}"),
-        }
-    }
-    assert_eq!(reserved, 1);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn memory_store() {
-    let store = MemoryPaymentIdStore::new();
-    store_suite(&store, "").await;
-    store_race(Arc::new(store), "").await;
-}
-
-#[cfg(feature = "redis")]
-fn redis_url() -> String {
-    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
-
-#[cfg(feature = "redis")]
-fn unique_prefix() -> String {
-    format!("x402-test-pid-{:016x}:", rand::random::<u64>())
-}
-
-#[cfg(feature = "redis")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn redis_store() {
-    let store = RedisPaymentIdStore::connect(&redis_url())
-        .await
-        .expect("Redis at REDIS_URL (default 127.0.0.1:6379) is needed")
-        .with_prefix(unique_prefix());
-    store_suite(&store, "").await;
-    store_race(Arc::new(store), "").await;
-}
-
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_backed_engines_share_ids_and_replay() {
@@ -682,4 +548,127 @@ async fn the_engine_is_driven_the_same_by_hand() {
         panic!("not replayed");
     };
     assert_eq!(replayed.body(), &Bytes::from_static(b"hi"));
+}
+
+#[tokio::test]
+async fn a_client_that_hangs_up_before_its_handler_answered_frees_the_id() {
+    let facilitator = Arc::new(StandIn::new());
+    let engine = engine_with(&facilitator, false);
+    let header = with_id(&payment(&engine, "/paid").await, ID);
+    let started = Arc::new(tokio::sync::Notify::new());
+    let task = {
+        let (engine, header, started) = (engine.clone(), header.clone(), started.clone());
+        tokio::spawn(async move {
+            let request = Request::get("/paid")
+                .header("payment-signature", &header)
+                .body(String::new())
+                .unwrap();
+            testing::serve(&engine, request, move |_| async move {
+                started.notify_one();
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                Response::new(String::new())
+            })
+            .await
+        })
+    };
+    started.notified().await;
+    task.abort();
+    let _ = task.await;
+    assert!(engine.drain(Duration::from_secs(5)).await);
+    // Nothing settled; the id is free for another payment.
+    let runs = Arc::new(AtomicUsize::new(0));
+    let retry = with_id(&payment(&engine, "/paid").await, ID);
+    let served = send(&engine, "/paid", &retry, &runs, StatusCode::OK).await;
+    assert_eq!(served.status(), StatusCode::OK);
+    assert_eq!(facilitator.settle_calls(), 1);
+}
+
+#[tokio::test]
+async fn an_unknown_settlement_stores_nothing_and_the_claim_refuses_the_copy() {
+    let facilitator = Arc::new(StandIn::new());
+    let engine = engine_with(&facilitator, false);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let header = with_id(&payment(&engine, "/paid").await, ID);
+    facilitator.set_settle(SettleAnswer::Unavailable);
+    let unknown = send(&engine, "/paid", &header, &runs, StatusCode::OK).await;
+    assert_eq!(unknown.status(), StatusCode::BAD_GATEWAY);
+    facilitator.set_settle(SettleAnswer::Success);
+    let copy = send(&engine, "/paid", &header, &runs, StatusCode::OK).await;
+    assert_eq!(copy.status(), StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// The memory store, recording the expiry of what it is asked to keep.
+#[derive(Debug, Default)]
+struct Recording {
+    inner: MemoryPaymentIdStore,
+    kept_until: std::sync::Mutex<Vec<SystemTime>>,
+}
+
+#[async_trait::async_trait]
+impl PaymentIdStore for Recording {
+    async fn reserve(
+        &self,
+        key: &str,
+        digest: &PayloadDigest,
+        until: SystemTime,
+    ) -> Result<Reservation, PaymentIdStoreError> {
+        self.inner.reserve(key, digest, until).await
+    }
+    async fn complete(
+        &self,
+        key: &str,
+        digest: &PayloadDigest,
+        response: &StoredResponse,
+        expires_at: SystemTime,
+    ) -> Result<(), PaymentIdStoreError> {
+        self.kept_until.lock().unwrap().push(expires_at);
+        self.inner.complete(key, digest, response, expires_at).await
+    }
+    async fn release(&self, key: &str, digest: &PayloadDigest) -> Result<(), PaymentIdStoreError> {
+        self.inner.release(key, digest).await
+    }
+}
+
+#[tokio::test]
+async fn a_settled_response_is_kept_at_least_as_long_as_its_claim() {
+    let facilitator = Arc::new(StandIn::new());
+    let store = Arc::new(Recording::default());
+    let ids = PaymentIdentifiers::new_arc(store.clone()).retention(Duration::ZERO);
+    let engine = engine(&facilitator, ids, false);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let header = with_id(&payment(&engine, "/paid").await, ID);
+    let before = SystemTime::now();
+    send(&engine, "/paid", &header, &runs, StatusCode::OK).await;
+    let kept = store.kept_until.lock().unwrap().clone();
+    assert_eq!(kept.len(), 1);
+    // The claim's: validBefore (now + 600 s) + 60 s, at least 900 s from
+    // now (in whole seconds, as the claim counts it).
+    let claim = before + crate::claim::MIN_CLAIM_LIFETIME - Duration::from_secs(1);
+    assert!(kept[0] >= claim, "{kept:?}");
+}
+
+#[tokio::test]
+async fn a_v1_payment_has_no_id() {
+    let facilitator = Arc::new(StandIn::new());
+    let engine = engine_with(&facilitator, true);
+    let runs = Arc::new(AtomicUsize::new(0));
+    // A v1 payment cannot carry extensions: a required id is missing.
+    let v1 = json!({
+        "x402Version": 1, "scheme": "exact", "network": "base-sepolia",
+        "payload": {"signature": "0x00", "authorization": {}}
+    });
+    let request = Request::get("/paid")
+        .header("x-payment", codec::encode(&v1).unwrap())
+        .body(String::new())
+        .unwrap();
+    let runs2 = runs.clone();
+    let response = testing::serve(&engine, request, move |_| async move {
+        runs2.fetch_add(1, Ordering::SeqCst);
+        Response::new(String::new())
+    })
+    .await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(error_of(&response), "payment_identifier_required");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
