@@ -181,14 +181,18 @@ async fn resend_to(base: &str, http: &reqwest::Client, header: &str) -> Resent {
         .await
         .unwrap();
     let status = response.status().as_u16();
-    let receipt = response
-        .headers()
-        .get("payment-response")
-        .map(|v| v.to_str().unwrap().to_owned());
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    let (receipt, content_type) = (header("payment-response"), header("content-type"));
     let body = response.text().await.unwrap();
     Resent {
         status,
         receipt,
+        content_type,
         body,
     }
 }
@@ -197,6 +201,7 @@ async fn resend_to(base: &str, http: &reqwest::Client, header: &str) -> Resent {
 struct Resent {
     status: u16,
     receipt: Option<String>,
+    content_type: Option<String>,
     body: String,
 }
 
@@ -315,6 +320,7 @@ async fn instances_sharing_redis_replay_each_others_responses() {
     let http = reqwest::Client::new();
     let again = resend_to(&other, &http, header).await;
     assert_eq!(again.status, 200, "{again:?}");
+    assert_eq!(again.content_type.as_deref(), Some("application/json"));
     assert_eq!(again.body, paid["body"].as_str().unwrap());
     assert_eq!(
         again.receipt.as_deref(),
