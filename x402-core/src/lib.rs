@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod money;
 pub mod network;
 pub mod payment;
+pub mod payment_id;
 pub mod paywall;
 pub mod proto;
 pub mod readiness;

@@ -158,8 +158,8 @@ impl Server {
 // `paid_api_common`, shared with the axum app.
 
 /// `GET /exact/evm/eip3009`: paid $0.001.
-async fn exact(Payment(payment): Payment) -> HttpResponse {
-    HttpResponse::Ok().json(exact_body(&payment))
+async fn exact(state: web::Data<AppState>, Payment(payment): Payment) -> HttpResponse {
+    HttpResponse::Ok().json(exact_body(&payment, state.count_exact_run()))
 }
 
 /// `GET /upto/evm/permit2`: reports what the call cost through the meter

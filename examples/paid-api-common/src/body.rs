@@ -10,10 +10,16 @@ use x402_core::{meter::Meter, VerifiedPayment};
 use crate::UPTO_CHARGE;
 
 /// `GET /exact/evm/eip3009` (paid $0.001): logs the payment and returns
-/// `{"message": "Paid content: exact (EIP-3009)", "timestamp": ...}`.
-pub fn exact_body(payment: &VerifiedPayment) -> Value {
-    tracing::info!(payer = ?payment.payer, amount = %payment.amount, "paid call");
-    message_body("Paid content: exact (EIP-3009)")
+/// `{"message": "Paid content: exact (EIP-3009)", "timestamp": ..., "run": run}`,
+/// `run` being which run of the handler this is
+/// ([`AppState::count_exact_run`](crate::AppState::count_exact_run)).
+pub fn exact_body(payment: &VerifiedPayment, run: u64) -> Value {
+    tracing::info!(payer = ?payment.payer, amount = %payment.amount, run, "paid call");
+    let mut body = message_body("Paid content: exact (EIP-3009)");
+    if let Value::Object(map) = &mut body {
+        map.insert("run".into(), json!(run));
+    }
+    body
 }
 
 /// `GET /upto/evm/permit2`: reports what the call cost through the `meter`

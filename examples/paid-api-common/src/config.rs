@@ -181,7 +181,7 @@ pub struct Config {
     pub asset: AssetConfig,
     /// The facilitator.
     pub facilitator: FacilitatorConfig,
-    /// Redis for replay claims, sessions and the webhook outbox (`REDIS_URL`);
+    /// Redis for replay claims, sessions, payment ids and the webhook outbox (`REDIS_URL`);
     /// in memory (one process) when unset and no cluster is given.
     pub redis_url: Option<String>,
     /// A Redis Cluster for the same stores instead (`REDIS_CLUSTER_URLS`:
@@ -266,7 +266,7 @@ impl Config {
     ///   `FACILITATOR_URLS` (`https://a,https://b`, instead of
     ///   `FACILITATOR_URL`): several facilitators, tried in order with
     ///   failover;
-    /// - `REDIS_URL`: one Redis server for replay claims, sessions and the
+    /// - `REDIS_URL`: one Redis server for replay claims, sessions, payment ids and the
     ///   webhook outbox, shared by every instance; or `REDIS_CLUSTER_URLS`
     ///   (`redis://host:port,redis://host:port,...`): a Redis Cluster for the
     ///   same (unset: in-memory stores, one process);

@@ -20,7 +20,7 @@
 //!
 //! | Route | Price |
 //! |---|---|
-//! | `GET /exact/evm/eip3009` | $0.001, `exact` (EIP-3009) |
+//! | `GET /exact/evm/eip3009` | $0.001, `exact` (EIP-3009); advertises `payment-identifier` (not required): a resend of a settled payment with its id gets the stored response; its body's `"run"` counts the handler's runs |
 //! | `GET /upto/evm/permit2` | `upto`, ceiling 2000 atomic units; the handler charges 1000 |
 //! | `GET /session/demo` | $0.001 per call, or a prepaid session: 100 calls for $0.05 |
 //! | `GET /health` | free |

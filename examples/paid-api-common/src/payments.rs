@@ -11,6 +11,7 @@ use x402_core::{
     local::{ChainLedger, DevLedger, LocalFacilitator},
     money::AtomicAmount,
     network,
+    payment_id::{PaymentIdentifiers, RedisPaymentIdStore},
     paywall::PaywallTheme,
     session::{RedisSessionStore, SessionOffer},
     webhook::{outbox::RedisOutbox, WebhookSecret, Webhooks},
@@ -104,7 +105,10 @@ fn routes(config: &Config) -> Vec<Route> {
         Route::get("/exact/evm/eip3009")
             .offer(exact("$0.001"))
             .description("A paid endpoint: $0.001 per call")
-            .mime_type("application/json"),
+            .mime_type("application/json")
+            // Buyers may send a payment id: a resend of a settled payment
+            // with it gets the stored response back (not required).
+            .payment_identifier(false),
         // The buyer authorises up to the ceiling; the handler charges what the
         // call cost (see `upto_body`).
         Route::get("/upto/evm/permit2")
@@ -151,7 +155,7 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
                 .stablecoin(&config.network, &asset, config.asset.decimals),
         );
 
-    // One process: claims and sessions in memory (the defaults). Several
+    // One process: claims, sessions and payment ids in memory (the defaults). Several
     // instances behind a load balancer must share Redis: one server
     // (REDIS_URL) or a Redis Cluster (REDIS_CLUSTER_URLS).
     let redis = |e: &dyn std::fmt::Display| Error::Redis(e.to_string());
@@ -161,9 +165,13 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
         let sessions = RedisSessionStore::connect(url)
             .await
             .map_err(|e| redis(&e))?;
+        let ids = RedisPaymentIdStore::connect(url)
+            .await
+            .map_err(|e| redis(&e))?;
         engine = engine
             .replay_guard(ReplayGuard::new(claims))
-            .session_store(sessions);
+            .session_store(sessions)
+            .payment_identifiers(PaymentIdentifiers::new(ids));
     } else if !cluster.is_empty() {
         let claims = RedisClaimStore::connect_cluster(cluster)
             .await
@@ -171,9 +179,13 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
         let sessions = RedisSessionStore::connect_cluster(cluster)
             .await
             .map_err(|e| redis(&e))?;
+        let ids = RedisPaymentIdStore::connect_cluster(cluster)
+            .await
+            .map_err(|e| redis(&e))?;
         engine = engine
             .replay_guard(ReplayGuard::new(claims))
-            .session_store(sessions);
+            .session_store(sessions)
+            .payment_identifiers(PaymentIdentifiers::new(ids));
     }
 
     // Signed settlement webhooks, delivered in the background.
@@ -208,6 +220,7 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
         shutdown: Arc::new(shutdown),
         webhook_worker: Arc::new(Mutex::new(webhook_worker)),
         close_enabled: is_loopback(config.host),
+        exact_runs: Default::default(),
     };
     Ok((engine, state))
 }

@@ -1,6 +1,13 @@
 //! The state handles the running app hands out.
 
-use std::{net::IpAddr, sync::Arc, time::Duration};
+use std::{
+    net::IpAddr,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
 
 use alloy_primitives::{Address, U256};
 use tokio::sync::{watch, Mutex};
@@ -23,6 +30,8 @@ pub struct AppState {
     pub(crate) webhook_worker: Arc<Mutex<Option<WebhookWorker>>>,
     /// Whether `POST /close` may stop the server: bound to loopback.
     pub(crate) close_enabled: bool,
+    /// How many times the `/exact/evm/eip3009` handler has run.
+    pub(crate) exact_runs: Arc<AtomicU64>,
 }
 
 impl AppState {
@@ -58,6 +67,13 @@ impl AppState {
     /// The asset payments are taken in.
     pub fn asset(&self) -> &AssetConfig {
         &self.asset
+    }
+
+    /// Counts one more run of the `/exact/evm/eip3009` handler and says
+    /// which it is (1 for the first since start): its body's `"run"`, so a
+    /// check can count handler runs exactly.
+    pub fn count_exact_run(&self) -> u64 {
+        self.exact_runs.fetch_add(1, Ordering::SeqCst) + 1
     }
 
     /// Who gets paid.

@@ -112,8 +112,8 @@ pub async fn serve(
 // business logic) is in `paid_api_common`, shared with the actix-web app.
 
 /// `GET /exact/evm/eip3009`: paid $0.001.
-async fn exact(Payment(payment): Payment) -> Json<Value> {
-    Json(exact_body(&payment))
+async fn exact(State(state): State<AppState>, Payment(payment): Payment) -> Json<Value> {
+    Json(exact_body(&payment, state.count_exact_run()))
 }
 
 /// `GET /upto/evm/permit2`: reports what the call cost through the meter

@@ -20,6 +20,7 @@ pub struct EngineBuilder {
     origin: Result<Origin, ConfigError>,
     price_floors: PriceFloors,
     rate_limit: Option<crate::limit::RateLimit>,
+    payment_ids: crate::payment_id::PaymentIdentifiers,
 }
 
 impl fmt::Debug for EngineBuilder {
@@ -320,6 +321,15 @@ impl EngineBuilder {
         self
     }
 
+    /// Where the ids of the [`payment-identifier`](crate::payment_id)
+    /// extension are kept, and how long a resend waits for its original
+    /// (default: [`PaymentIdentifiers::memory`](crate::payment_id::PaymentIdentifiers::memory),
+    /// one process). Share a Redis store between instances, as for claims.
+    pub fn payment_identifiers(mut self, ids: crate::payment_id::PaymentIdentifiers) -> Self {
+        self.payment_ids = ids;
+        self
+    }
+
     /// Checks every route and builds the engine. Offers that need nothing
     /// from the facilitator are resolved and their challenges encoded now.
     pub fn build(self) -> Result<Engine, ConfigError> {
@@ -368,6 +378,7 @@ impl EngineBuilder {
                 observed: Default::default(),
                 limits,
                 price_floors: self.price_floors,
+                payment_ids: self.payment_ids,
             }),
         })
     }
@@ -396,6 +407,7 @@ impl Engine {
             origin: Ok(Origin::Unset),
             price_floors: PriceFloors::default(),
             rate_limit: None,
+            payment_ids: crate::payment_id::PaymentIdentifiers::memory(),
         }
     }
 }

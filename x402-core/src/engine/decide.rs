@@ -152,6 +152,34 @@ impl Engine {
         enriched: Option<JsonObject>,
         header: &HeaderValue,
     ) -> Decision {
+        // A payment id reserved and not handed to the paid request (it was
+        // refused) is released before the answer goes out.
+        let mut identifier = None;
+        let decision = self
+            .pay_with(
+                compiled,
+                resolved,
+                resource,
+                enriched,
+                header,
+                &mut identifier,
+            )
+            .await;
+        if let Some(held) = identifier {
+            held.release().await;
+        }
+        decision
+    }
+
+    async fn pay_with(
+        &self,
+        compiled: &Arc<CompiledRoute>,
+        resolved: Arc<Resolved>,
+        resource: v2::ResourceInfo,
+        enriched: Option<JsonObject>,
+        header: &HeaderValue,
+        identifier: &mut Option<crate::payment_id::flow::Held>,
+    ) -> Decision {
         let route = &compiled.route;
         let mut parts = self.parts(route, &resource, &resolved);
         if let Some(extensions) = &enriched {
@@ -175,6 +203,22 @@ impl Engine {
             }
         };
         let version = payload.version();
+
+        // payment-identifier: looked up before verifying (a resend of a
+        // settled payment no longer verifies). A refusal below leaves the
+        // reservation to `pay`, which releases it.
+        *identifier = match Box::pin(crate::payment_id::flow::begin(
+            &self.inner.payment_ids,
+            route,
+            &payload,
+            header,
+            self.inner.max_header_bytes,
+        ))
+        .await
+        {
+            Ok(held) => held,
+            Err(response) => return Decision::Respond(response),
+        };
 
         let Some(matched) = find_match(&resolved, &payload) else {
             return refuse(Refusal::NoMatchingRequirements, Some(version), None);
@@ -303,11 +347,15 @@ impl Engine {
         };
         let decimals = offer.decimals;
         let session = matched.session;
+        if let Some(held) = identifier {
+            held.set_lifetime(&request_body, &network);
+        }
         Decision::Paid(Box::new(PaidRequest {
             engine: self.clone(),
             route: compiled.clone(),
             payment: Arc::new(payment),
             finished: false,
+            identifier: identifier.take(),
             kind: paid::Kind::Payment(Box::new(paid::PaymentState {
                 request: request_body,
                 network,
@@ -408,6 +456,7 @@ impl Engine {
             route: compiled.clone(),
             payment: Arc::new(payment),
             finished: false,
+            identifier: None,
             kind: paid::Kind::Session {
                 token: hash,
                 remaining,

@@ -101,6 +101,7 @@ pub use self::guard::{BoundRoute, Guard};
 pub use self::paid::{Completion, PaidRequest, Reply};
 pub use self::resolve::OfferError;
 use self::resolve::ResolvedOffer;
+pub(crate) use self::response::expose as expose_headers;
 pub use self::response::{handler_failed_response, EngineResponse, Refusal, EXPOSE_HEADERS};
 use self::response::{ChallengeParts, EncodedChallenge};
 use self::{decide::*, guard::*, origin::*, table::*};
@@ -139,6 +140,8 @@ struct Inner {
     limits: Option<crate::limit::Limits>,
     /// The per-network minimum prices ([`EngineBuilder::price_floors`]).
     price_floors: crate::floor::PriceFloors,
+    /// [`EngineBuilder::payment_identifiers`].
+    payment_ids: crate::payment_id::PaymentIdentifiers,
 }
 
 impl fmt::Debug for Engine {

@@ -57,6 +57,8 @@ pub struct PaidRequest {
     /// Shared with the settlement task, which outlives this request.
     pub(super) payment: Arc<VerifiedPayment>,
     pub(super) finished: bool,
+    /// The payment id this request reserved ([`crate::payment_id`]).
+    pub(super) identifier: Option<crate::payment_id::flow::Held>,
     pub(super) kind: Kind,
 }
 
@@ -196,6 +198,9 @@ impl PaidRequest {
                 return Ok(Reply::Engine(response::handler_failed_response()));
             }
         };
+        if let Some(held) = &mut self.identifier {
+            held.set_body(&data);
+        }
         Ok(
             match self.complete(parts.status, &mut parts.headers).await {
                 Completion::Deliver => {
@@ -227,6 +232,9 @@ impl PaidRequest {
                 self.finished = true;
                 response::expose(headers);
                 headers.extend(std::mem::take(receipt));
+                if let Some(held) = self.identifier.take() {
+                    held.record(status, headers.clone()).await;
+                }
                 return Completion::Deliver;
             }
             Kind::Spent => {
@@ -266,6 +274,9 @@ impl PaidRequest {
                 }
             },
         };
+        if let Some(held) = &mut self.identifier {
+            held.set_head(status, headers);
+        }
         match self.settle(charge).await {
             Ok(receipt_headers) => {
                 response::expose(headers);
@@ -285,13 +296,27 @@ impl PaidRequest {
     /// Settles a route that settles before its handler. On `Err`, send that
     /// response and do not run the handler.
     pub(super) async fn settle_first(&mut self) -> Result<(), EngineResponse> {
-        let headers = self.settle(None).await?;
+        // The payment id is recorded once the handler answered.
+        let identifier = self.identifier.take();
+        let headers = match self.settle(None).await {
+            Ok(headers) => headers,
+            Err(response) => {
+                if let Some(held) = identifier {
+                    held.release().await;
+                }
+                return Err(response);
+            }
+        };
+        self.identifier = identifier;
         self.kind = Kind::Settled(headers);
         Ok(())
     }
 
     async fn cancel(&mut self, reason: CancelReason) {
         self.finished = true;
+        if let Some(held) = self.identifier.take() {
+            held.release().await;
+        }
         match &self.kind {
             Kind::Session { token, .. } => {
                 if !reason.releases_claim() {
@@ -332,12 +357,18 @@ impl PaidRequest {
             state,
             charge,
         };
+        // The payment id is recorded (or released) by the settlement's task,
+        // whatever the client's connection does meanwhile.
+        let identifier = self.identifier.take();
+        let work = async move {
+            let result = settlement.run().await;
+            if let Some(held) = identifier {
+                held.settled(&result).await;
+            }
+            result
+        };
         // Boxed: its state is large, and session calls never get here.
-        match self
-            .engine
-            .run_to_completion(Box::pin(settlement.run()))
-            .await
-        {
+        match self.engine.run_to_completion(Box::pin(work)).await {
             Some(result) => result,
             None => {
                 tracing::error!(
@@ -432,6 +463,7 @@ impl Drop for PaidRequest {
             route: self.route.clone(),
             payment: self.payment.clone(),
             finished: true,
+            identifier: None,
             kind: std::mem::replace(&mut self.kind, Kind::Spent),
         };
         self.engine.spawn_tracked(async move {
