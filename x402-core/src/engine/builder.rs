@@ -20,6 +20,7 @@ pub struct EngineBuilder {
     origin: Result<Origin, ConfigError>,
     price_floors: PriceFloors,
     rate_limit: Option<crate::limit::RateLimit>,
+    sign_in: crate::siwx::SignInConfig,
 }
 
 impl fmt::Debug for EngineBuilder {
@@ -320,6 +321,17 @@ impl EngineBuilder {
         self
     }
 
+    /// Where routes offering [sign-in-with-x](crate::siwx) keep paid
+    /// accesses and used nonces, and the key their nonces are signed with
+    /// (default: [`SignInConfig::new`](crate::siwx::SignInConfig::new), in
+    /// memory with a random key: one process). Instances behind one load
+    /// balancer share a [`RedisSignInStore`](crate::siwx) and one
+    /// [`NonceKey`](crate::siwx::NonceKey).
+    pub fn sign_in_with_x(mut self, config: crate::siwx::SignInConfig) -> Self {
+        self.sign_in = config;
+        self
+    }
+
     /// Checks every route and builds the engine. Offers that need nothing
     /// from the facilitator are resolved and their challenges encoded now.
     pub fn build(self) -> Result<Engine, ConfigError> {
@@ -364,6 +376,7 @@ impl EngineBuilder {
                 observed: Default::default(),
                 limits,
                 price_floors: self.price_floors,
+                sign_in: self.sign_in,
             }),
         })
     }
@@ -392,6 +405,7 @@ impl Engine {
             origin: Ok(Origin::Unset),
             price_floors: PriceFloors::default(),
             rate_limit: None,
+            sign_in: crate::siwx::SignInConfig::new(),
         }
     }
 }

@@ -88,6 +88,7 @@ mod precheck;
 mod readiness;
 mod resolve;
 mod response;
+mod siwx;
 mod table;
 
 pub use self::describe::{PricingKind, RouteDescription, SessionDescription, Settlement};
@@ -136,6 +137,8 @@ struct Inner {
     limits: Option<crate::limit::Limits>,
     /// The per-network minimum prices ([`EngineBuilder::price_floors`]).
     price_floors: crate::floor::PriceFloors,
+    /// Sign-in-with-x's store and nonce key ([`EngineBuilder::sign_in_with_x`]).
+    sign_in: crate::siwx::SignInConfig,
 }
 
 impl fmt::Debug for Engine {
