@@ -11,7 +11,7 @@
 //!     "domain": "api.example.com",
 //!     "uri": "https://api.example.com/report",
 //!     "version": "1",
-//!     "nonce": "<64 hex digits, fresh per 402>",
+//!     "nonce": "<32 hex digits, fresh per 402>",
 //!     "issuedAt": "2026-01-31T12:00:00.000Z",
 //!     "resources": ["https://api.example.com/report"],
 //!     "expirationTime": "2026-01-31T12:05:00.000Z"
@@ -57,12 +57,14 @@
 //!
 //! # Nonces: no write per 402
 //!
-//! The 402 path is hot, so issuing a nonce writes nothing: a nonce carries
-//! its own expiry and an HMAC under the engine's [`NonceKey`] (see
-//! [`SignInConfig::nonce_key`]), which is all it takes to tell that this
-//! engine issued it, for this route. Only nonces that were used are stored
-//! ([`SignInStore::use_nonce`]), until they expire. Instances that share a
-//! [`RedisSignInStore`] must share the key too.
+//! The 402 path is hot, so issuing a nonce writes nothing: a nonce is 64
+//! random bits and a 64-bit HMAC, under the engine's [`NonceKey`] (see
+//! [`SignInConfig::nonce_key`]), of those bits, the route and the
+//! challenge's `issuedAt`. That is all it takes to tell that this engine
+//! issued it, for this route, at that time (so its age comes from a time
+//! the server wrote). Only nonces that were used are stored
+//! ([`SignInStore::use_nonce`]), until they are too old to be used anyway.
+//! Instances that share a [`RedisSignInStore`] must share the key too.
 //!
 //! # Not supported
 //!
@@ -333,7 +335,8 @@ pub(crate) fn challenge(
     let mut out = declaration.clone();
     let ttl_ms = u64::try_from(config.challenge_ttl.as_millis()).unwrap_or(u64::MAX);
     let expires_ms = now_ms.saturating_add(ttl_ms);
-    let nonce = key.issue(site.route, expires_ms.div_ceil(1000));
+    let issued_at = time::format_millis(now_ms);
+    let nonce = key.issue(site.route, &issued_at);
     let uri = format!("{}{path}", site.origin);
     if let Some(Value::Object(info)) = out.get_mut("info") {
         let version = info.remove("version").unwrap_or_else(|| json!("1"));
@@ -342,7 +345,7 @@ pub(crate) fn challenge(
         info.insert("uri".into(), json!(uri));
         info.insert("version".into(), version);
         info.insert("nonce".into(), json!(nonce));
-        info.insert("issuedAt".into(), json!(time::format_millis(now_ms)));
+        info.insert("issuedAt".into(), json!(issued_at));
         info.insert("resources".into(), json!([uri]));
         info.insert(
             "expirationTime".into(),
@@ -433,9 +436,14 @@ pub(crate) fn check(
             return Err("invalid_siwx_not_yet_valid");
         }
     }
-    let nonce_expires_at = key
-        .check(&p.nonce, site.route, now_ms / 1000)
-        .map_err(|_| "invalid_siwx_nonce")?;
+    if !key.issued(&p.nonce, site.route, &p.issued_at) {
+        return Err("invalid_siwx_nonce");
+    }
+    // Past this, `issuedAt` is too old and the nonce refused anyway.
+    let nonce_expires_at = issued
+        .saturating_add(max_age)
+        .saturating_add(CLOCK_SKEW_MS)
+        .div_ceil(1000);
     let message = message::siwe_message(p).map_err(|m| m.0)?;
     let address: Address = p.address.parse().map_err(|_| "invalid_siwx_message")?;
     let signature = p

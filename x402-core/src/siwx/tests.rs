@@ -87,44 +87,29 @@ fn messages_refuse_line_breaks_and_bad_chains() {
 }
 
 #[test]
-fn nonces_are_bound_to_key_route_and_time() {
+fn nonces_are_bound_to_key_route_and_issue_time() {
     let key = NonceKey::random();
-    let nonce = key.issue("/a", 2_000);
-    assert_eq!(nonce.len(), 64);
+    let at = "2026-01-31T12:00:00.000Z";
+    let nonce = key.issue("/a", at);
+    assert_eq!(nonce.len(), 32, "32 hex digits, as the extension specifies");
     assert!(nonce.bytes().all(|b| b.is_ascii_alphanumeric()));
-    assert_ne!(nonce, key.issue("/a", 2_000), "nonces are random");
-    assert_eq!(key.check(&nonce, "/a", 1_999), Ok(2_000));
-    assert_eq!(key.check(&nonce, "/a", 2_000), Ok(2_000));
-    assert_eq!(
-        key.check(&nonce, "/a", 2_001),
-        Err(nonce::NonceError::Expired)
+    assert_ne!(nonce, key.issue("/a", at), "nonces are random");
+    assert!(key.issued(&nonce, "/a", at));
+    assert!(!key.issued(&nonce, "/b", at), "another route");
+    assert!(
+        !key.issued(&nonce, "/a", "2026-01-31T12:04:00.000Z"),
+        "another issuedAt"
     );
-    assert_eq!(
-        key.check(&nonce, "/b", 1_000),
-        Err(nonce::NonceError::NotIssued)
-    );
-    assert_eq!(
-        NonceKey::random().check(&nonce, "/a", 1_000),
-        Err(nonce::NonceError::NotIssued)
-    );
-    // A later expiry written in: the tag no longer matches.
+    assert!(!NonceKey::random().issued(&nonce, "/a", at), "another key");
     let mut forged = nonce.clone().into_bytes();
-    forged[30] = if forged[30] == b'f' { b'e' } else { b'f' };
-    let forged = String::from_utf8(forged).unwrap();
-    assert_eq!(
-        key.check(&forged, "/a", 1_000),
-        Err(nonce::NonceError::NotIssued)
-    );
+    forged[31] = if forged[31] == b'f' { b'e' } else { b'f' };
+    assert!(!key.issued(&String::from_utf8(forged).unwrap(), "/a", at));
     for bad in ["", "abc", &nonce.to_uppercase(), &format!("{nonce}0")] {
-        assert_eq!(
-            key.check(bad, "/a", 1_000),
-            Err(nonce::NonceError::NotIssued),
-            "{bad}"
-        );
+        assert!(!key.issued(bad, "/a", at), "{bad}");
     }
     let same = NonceKey::from_hex(&"11".repeat(32)).unwrap();
-    let n = same.issue("/a", 10);
-    assert_eq!(NonceKey::from_bytes([0x11; 32]).check(&n, "/a", 5), Ok(10));
+    let n = same.issue("/a", at);
+    assert!(NonceKey::from_bytes([0x11; 32]).issued(&n, "/a", at));
     assert!(NonceKey::from_hex("00").is_none());
     assert!(!format!("{same:?}").contains("11"));
 }
@@ -317,7 +302,8 @@ async fn pay_once_then_sign_in_without_paying() {
     assert_eq!(error_of(&r), "invalid_siwx_not_paid");
 
     // Each broken proof, each with a fresh nonce.
-    let cases: Vec<(&str, Box<dyn FnOnce(&mut Value)>)> = vec![
+    type Tweak = Box<dyn FnOnce(&mut Value)>;
+    let cases: Vec<(&str, Tweak)> = vec![
         (
             "invalid_siwx_domain_mismatch",
             Box::new(|v| v["domain"] = "evil.example".into()),
@@ -345,6 +331,14 @@ async fn pay_once_then_sign_in_without_paying() {
         (
             "invalid_siwx_issued_at_in_future",
             Box::new(|v| v["issuedAt"] = "2999-01-01T00:00:00.000Z".into()),
+        ),
+        // Still recent, but not the time the nonce was issued at.
+        (
+            "invalid_siwx_nonce",
+            Box::new(|v| {
+                let t = time::parse_millis(v["issuedAt"].as_str().unwrap()).unwrap();
+                v["issuedAt"] = time::format_millis(t - 1000).into();
+            }),
         ),
         (
             "invalid_siwx_expired",
@@ -375,9 +369,9 @@ async fn pay_once_then_sign_in_without_paying() {
         "invalid_siwx_signature"
     );
 
-    // A nonce issued for another route.
+    // A nonce another key issued.
     let decl = declaration_of(&engine).await;
-    let other = NonceKey::random().issue(ROUTE, crate::unix::now() + 60);
+    let other = NonceKey::random().issue(ROUTE, decl["info"]["issuedAt"].as_str().unwrap());
     let r = send(
         &engine,
         Some((
