@@ -100,8 +100,34 @@ impl Engine {
             Refusal::Invalid(reason.into())
         })?;
 
-        let store = &self.inner.sign_in.store;
         let deadline = self.inner.sign_in.deadline;
+        if let Some((hash, signature)) = &checked.smart_wallet {
+            // Not the address's own ECDSA signature: its wallet contract
+            // may say it is (EIP-1271), if smart wallets are checked. Asked
+            // before the store, so that a forged proof never learns whether
+            // its address paid.
+            let Some(wallets) = &self.inner.sign_in.smart_wallets else {
+                return Err(Refusal::Invalid("invalid_siwx_signature".into()));
+            };
+            let answer = tokio::time::timeout(
+                deadline,
+                wallets.is_valid_signature(&checked.chain_id, checked.address, *hash, signature),
+            )
+            .await;
+            match answer {
+                Ok(Ok(true)) => {}
+                Ok(Ok(false)) => return Err(Refusal::Invalid("invalid_siwx_signature".into())),
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "x402: smart-wallet signature check failed");
+                    return Err(unavailable());
+                }
+                Err(_) => {
+                    tracing::error!("x402: smart-wallet signature check missed its deadline");
+                    return Err(unavailable());
+                }
+            }
+        }
+        let store = &self.inner.sign_in.store;
         let key = siwx::address_key(&checked.address.to_string());
         let paid = tokio::time::timeout(
             deadline,

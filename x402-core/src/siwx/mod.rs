@@ -37,9 +37,11 @@
 //! - `issuedAt` is not in the future nor older than the route's challenge
 //!   lifetime, `expirationTime` (if any) has not passed, `notBefore` (if
 //!   any) has;
-//! - the nonce is one this engine issued for this route and has not expired;
+//! - the nonce is one this engine issued for this route, at that `issuedAt`;
 //! - the EIP-4361 (SIWE) message rebuilt from the fields, signed with
-//!   EIP-191 (`personal_sign`), recovers `address`;
+//!   EIP-191 (`personal_sign`), recovers `address` (or, with
+//!   [`SignInConfig::smart_wallets`], `address` is an EIP-1271 wallet that
+//!   accepts the signature);
 //! - `address` has paid for this route within its access lifetime;
 //! - the nonce was not used before (it is then marked used, atomically).
 //!
@@ -68,9 +70,12 @@
 //!
 //! # Not supported
 //!
-//! Smart-wallet signatures (EIP-1271, EIP-6492: longer than 65 bytes) and
-//! Solana (`ed25519`, SIWS) proofs are refused (`invalid_siwx_signature`,
-//! `invalid_siwx_unsupported_chain`); challenges list EVM chains only.
+//! Solana (`ed25519`, SIWS) proofs are refused
+//! (`invalid_siwx_unsupported_chain`); challenges list EVM chains only.
+//! EIP-6492 signatures (wallets not deployed yet) are refused
+//! (`invalid_siwx_signature`). EIP-1271 smart-wallet signatures are checked
+//! only with [`SignInConfig::smart_wallets`] (an [`RpcSmartWallets`] asks
+//! the wallet contract over JSON-RPC); without it they are refused.
 
 use std::{sync::Arc, time::Duration};
 
@@ -82,6 +87,7 @@ mod message;
 mod nonce;
 #[cfg(feature = "redis")]
 mod redis;
+mod smart_wallet;
 mod store;
 mod time;
 
@@ -93,6 +99,10 @@ pub use self::nonce::NonceKey;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use self::redis::RedisSignInStore;
+#[cfg(feature = "http-facilitator")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http-facilitator")))]
+pub use self::smart_wallet::RpcSmartWallets;
+pub use self::smart_wallet::SmartWallets;
 pub use self::store::{MemorySignInStore, SignInStore, SignInStoreError};
 
 /// The extension key, `sign-in-with-x`.
@@ -103,6 +113,12 @@ pub const SIGN_IN_WITH_X_HEADER: HeaderName = HeaderName::from_static("sign-in-w
 
 /// The default challenge lifetime: 5 minutes, as upstream's `maxAge`.
 pub const DEFAULT_CHALLENGE_TTL: Duration = Duration::from_secs(300);
+
+/// The last 32 bytes of an EIP-6492 signature.
+const EIP6492_SUFFIX: [u8; 32] = [
+    0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92,
+    0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92, 0x64, 0x92,
+];
 
 /// How far in the future an `issuedAt` may be, for clocks of instances
 /// that differ a little.
@@ -177,6 +193,7 @@ pub struct SignInConfig {
     pub(crate) store: Arc<dyn SignInStore>,
     pub(crate) key: NonceKey,
     pub(crate) deadline: Duration,
+    pub(crate) smart_wallets: Option<Arc<dyn SmartWallets>>,
 }
 
 impl std::fmt::Debug for dyn SignInStore {
@@ -198,6 +215,7 @@ impl SignInConfig {
             store: Arc::new(MemorySignInStore::new()),
             key: NonceKey::random(),
             deadline: Duration::from_millis(250),
+            smart_wallets: None,
         }
     }
 
@@ -215,10 +233,20 @@ impl SignInConfig {
         self
     }
 
-    /// How long a store call may take before the request is answered `503
-    /// siwx_unavailable` (default 250 ms).
+    /// How long a store call (or a smart-wallet check) may take before the
+    /// request is answered `503 siwx_unavailable` (default 250 ms).
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
+        self
+    }
+
+    /// Checks EIP-1271 smart-wallet signatures with `wallets` (an
+    /// [`RpcSmartWallets`](crate::siwx) per chain, say): a proof whose
+    /// signature does not recover its address passes if the address is a
+    /// contract that says the signature is its own. Default: none, and such
+    /// proofs are refused (`invalid_siwx_signature`).
+    pub fn smart_wallets(mut self, wallets: impl SmartWallets) -> Self {
+        self.smart_wallets = Some(Arc::new(wallets));
         self
     }
 }
@@ -381,6 +409,9 @@ pub(crate) struct Checked {
     pub(crate) nonce: String,
     /// The nonce's expiry, Unix seconds.
     pub(crate) nonce_expires_at: u64,
+    /// Set when the signature does not recover `address`: the EIP-191
+    /// hash and the signature, for the wallet contract to judge (EIP-1271).
+    pub(crate) smart_wallet: Option<(B256, Vec<u8>)>,
 }
 
 /// Checks a proof against the site, the chains offered and the clock:
@@ -412,7 +443,7 @@ pub(crate) fn check(
         return Err("invalid_siwx_unsupported_chain");
     }
     if let Some(scheme) = p.signature_scheme.as_deref() {
-        if scheme != "eip191" {
+        if !matches!(scheme, "eip191" | "eip1271") {
             return Err("invalid_siwx_signature");
         }
     }
@@ -452,17 +483,17 @@ pub(crate) fn check(
         .and_then(|h| alloy_primitives::hex::decode(h).ok())
         .ok_or("invalid_siwx_malformed_signature")?;
     let digest: B256 = alloy_primitives::eip191_hash_message(message.as_bytes());
-    match crate::evm::recover_signer(digest, &signature) {
-        Ok(signer) if signer == address => Ok(Checked {
-            address,
-            chain_id: p.chain_id.clone(),
-            nonce: p.nonce.clone(),
-            nonce_expires_at,
-        }),
-        Ok(_) => Err("invalid_siwx_signature"),
-        Err(e) => {
-            tracing::debug!(error = %e, "x402: sign-in-with-x signature not recoverable (smart-wallet signatures are not supported)");
-            Err("invalid_siwx_signature")
-        }
+    // An EIP-6492 signature (for a wallet not deployed yet) ends with its
+    // magic suffix: not supported, refused rather than sent to a contract.
+    if signature.ends_with(&EIP6492_SUFFIX) {
+        return Err("invalid_siwx_signature");
     }
+    let eoa = matches!(crate::evm::recover_signer(digest, &signature), Ok(s) if s == address);
+    Ok(Checked {
+        address,
+        chain_id: p.chain_id.clone(),
+        nonce: p.nonce.clone(),
+        nonce_expires_at,
+        smart_wallet: (!eoa).then_some((digest, signature)),
+    })
 }

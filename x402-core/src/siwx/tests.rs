@@ -452,3 +452,87 @@ async fn routes_without_sign_in_ignore_the_header() {
     assert_eq!(r.status(), StatusCode::PAYMENT_REQUIRED);
     assert_eq!(error_of(&r), "payment_required");
 }
+
+/// Smart wallets that answer as told.
+struct Wallets(Result<bool, ()>);
+
+#[async_trait::async_trait]
+impl SmartWallets for Wallets {
+    async fn is_valid_signature(
+        &self,
+        _: &str,
+        _: alloy_primitives::Address,
+        _: alloy_primitives::B256,
+        _: &[u8],
+    ) -> Result<bool, Box<dyn std::error::Error + Send + Sync>> {
+        self.0.map_err(|()| "rpc down".into())
+    }
+}
+
+#[tokio::test]
+async fn smart_wallet_answers_decide_proofs_that_do_not_recover() {
+    for (answer, status, reason) in [
+        (Ok(true), StatusCode::OK, ""),
+        (
+            Ok(false),
+            StatusCode::PAYMENT_REQUIRED,
+            "invalid_siwx_signature",
+        ),
+        (Err(()), StatusCode::SERVICE_UNAVAILABLE, ""),
+    ] {
+        let facilitator = Arc::new(StandIn::new());
+        let engine = Engine::builder_arc(facilitator)
+            .public_origin(ORIGIN)
+            .sign_in_with_x(SignInConfig::new().smart_wallets(Wallets(answer)))
+            .route(
+                Route::get(ROUTE)
+                    .offer(Offer::exact("eip155:84532", "$0.001", testing::PAY_TO))
+                    .sign_in_with_x(SignInWithX::new(Duration::from_secs(3600))),
+            )
+            .build()
+            .unwrap();
+        let challenge = testing::challenge(&engine, Request::get(ROUTE).body(()).unwrap()).await;
+        let paid = send(
+            &engine,
+            Some(("payment-signature", testing::pay(&challenge))),
+        )
+        .await;
+        assert_eq!(paid.status(), StatusCode::OK);
+        // Signed by another key for the address that paid: not its own ECDSA
+        // signature, so the wallet contract decides.
+        let decl = declaration_of(&engine).await;
+        let address = payer_key().address().to_checksum(None);
+        let other = PrivateKeySigner::random();
+        let r = send(
+            &engine,
+            Some((
+                "sign-in-with-x",
+                sign(&decl, &other, |v| v["address"] = address.into()),
+            )),
+        )
+        .await;
+        assert_eq!(r.status(), status, "{answer:?}");
+        if status == StatusCode::PAYMENT_REQUIRED {
+            assert_eq!(error_of(&r), reason);
+        }
+    }
+    // EIP-6492 signatures are refused before any wallet is asked.
+    let mut sig = vec![1u8; 65];
+    sig.extend([0x64, 0x92].repeat(16));
+    assert!(sig.ends_with(&super::EIP6492_SUFFIX));
+}
+
+#[test]
+fn eip1271_call_data_and_magic() {
+    let data = smart_wallet::call_data(alloy_primitives::B256::repeat_byte(0xaa), &[1, 2, 3]);
+    assert_eq!(&data[..4], &[0x16, 0x26, 0xba, 0x7e]);
+    assert_eq!(data.len(), 4 + 32 * 4);
+    assert_eq!(data[4 + 32 + 31], 0x40, "offset of the bytes");
+    assert_eq!(data[4 + 64 + 31], 3, "length of the bytes");
+    let mut word = [0u8; 32];
+    word[..4].copy_from_slice(&smart_wallet::EIP1271_MAGIC);
+    assert!(smart_wallet::is_magic(&word));
+    word[31] = 1;
+    assert!(!smart_wallet::is_magic(&word));
+    assert!(!smart_wallet::is_magic(&[]));
+}
