@@ -12,10 +12,13 @@ alloy_sol_types::sol! {
     function isValidSignature(bytes32 hash, bytes signature) external view returns (bytes4 magicValue);
 }
 
+// The call itself is made by `RpcSmartWallets` (feature `http-facilitator`).
 /// The value `isValidSignature` returns for a valid signature.
+#[cfg(any(feature = "http-facilitator", test))]
 pub(crate) const EIP1271_MAGIC: [u8; 4] = [0x16, 0x26, 0xba, 0x7e];
 
 /// The EIP-1271 call data asking `isValidSignature(hash, signature)`.
+#[cfg(any(feature = "http-facilitator", test))]
 pub(crate) fn call_data(hash: B256, signature: &[u8]) -> Vec<u8> {
     use alloy_sol_types::SolCall;
     isValidSignatureCall {
@@ -27,6 +30,7 @@ pub(crate) fn call_data(hash: B256, signature: &[u8]) -> Vec<u8> {
 
 /// Whether an `eth_call` answer is the EIP-1271 magic value (a `bytes4`,
 /// left-aligned in a 32-byte word).
+#[cfg(any(feature = "http-facilitator", test))]
 pub(crate) fn is_magic(answer: &[u8]) -> bool {
     answer.len() >= 32 && answer[..4] == EIP1271_MAGIC && answer[4..32].iter().all(|b| *b == 0)
 }
