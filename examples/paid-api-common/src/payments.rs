@@ -13,7 +13,7 @@ use x402_core::{
     network,
     paywall::PaywallTheme,
     session::{RedisSessionStore, SessionOffer},
-    siwx::{NonceKey, RedisSignInStore, SignInConfig, SignInWithX},
+    siwx::{NonceKey, RedisSignInStore, RpcSmartWallets, SignInConfig, SignInWithX},
     webhook::{outbox::RedisOutbox, WebhookSecret, Webhooks},
     Engine, Facilitator, Offer, Route,
 };
@@ -174,6 +174,11 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
         let key = NonceKey::from_hex(hex)
             .ok_or_else(|| config_error("SIWX_NONCE_KEY: expected 64 hex digits"))?;
         sign_in = sign_in.nonce_key(key);
+    }
+    // On a real chain, smart-contract wallets sign in too (EIP-1271, asked
+    // over the same JSON-RPC endpoint).
+    if let FacilitatorConfig::Chain { rpc_url, .. } = &config.facilitator {
+        sign_in = sign_in.smart_wallets(RpcSmartWallets::new().chain(&config.network, rpc_url));
     }
     if let Some(url) = &config.redis_url {
         let store = RedisSignInStore::connect(url)
