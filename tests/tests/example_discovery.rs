@@ -103,7 +103,7 @@ async fn both_servers_serve_the_same_discovery_and_openapi_documents() {
         assert_eq!(from_axum.2, from_actix.2, "{path}: bytes differ");
     }
 
-    // The documents describe the three paid routes under the public URL.
+    // The documents describe the four paid routes under the public URL.
     let (_, _, body) = fetch(&actix, WELL_KNOWN_PATH).await;
     let document: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(document["baseUrl"], PUBLIC_URL);
@@ -119,6 +119,7 @@ async fn both_servers_serve_the_same_discovery_and_openapi_documents() {
             "https://api.example.com/exact/evm/eip3009",
             "https://api.example.com/upto/evm/permit2",
             "https://api.example.com/session/demo",
+            "https://api.example.com/siwx/demo",
         ]
     );
     let (_, _, body) = fetch(&actix, OPENAPI_PATH).await;

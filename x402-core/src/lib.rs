@@ -37,6 +37,7 @@ mod refusal;
 pub mod rejection;
 pub mod route;
 pub mod session;
+pub mod siwx;
 pub mod svm;
 mod swept;
 #[cfg(feature = "test-util")]

@@ -39,6 +39,9 @@ pub struct VerifiedPayment {
     pub meter: Option<Meter>,
     /// Set when the call was redeemed from a prepaid session.
     pub session: Option<SessionCall>,
+    /// Set when the request passed by [sign-in-with-x](crate::siwx): who
+    /// signed in (the amount is then zero, and nothing is settled).
+    pub sign_in: Option<crate::siwx::SignedIn>,
 }
 
 /// A call redeemed from a prepaid session.

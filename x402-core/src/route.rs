@@ -96,6 +96,7 @@ pub struct Route {
     pub(crate) extensions: JsonObject,
     pub(crate) output_schema: Option<JsonObject>,
     pub(crate) sessions: Vec<SessionOffer>,
+    pub(crate) sign_in_with_x: Option<crate::siwx::SignInWithX>,
 }
 
 impl Route {
@@ -112,6 +113,7 @@ impl Route {
             extensions: JsonObject::new(),
             output_schema: None,
             sessions: Vec::new(),
+            sign_in_with_x: None,
         }
     }
 
@@ -206,6 +208,15 @@ impl Route {
     #[must_use]
     pub fn session(mut self, offer: SessionOffer) -> Self {
         self.sessions.push(offer);
+        self
+    }
+
+    /// Offers sign-in-with-x on this route (v2 only; see
+    /// [`siwx`](crate::siwx)): a buyer that paid signs in instead of paying
+    /// again, for `offer`'s access lifetime.
+    #[must_use]
+    pub fn sign_in_with_x(mut self, offer: crate::siwx::SignInWithX) -> Self {
+        self.sign_in_with_x = Some(offer);
         self
     }
 

@@ -30,7 +30,7 @@ use std::{net::SocketAddr, time::Duration};
 use actix_web::{dev::ServerHandle, web, App, HttpResponse, HttpServer};
 use paid_api_common::{
     close_body, exact_body, health_body, metrics_handle, openapi_info, session_body,
-    shutdown_signal, upto_body,
+    shutdown_signal, siwx_body, upto_body,
 };
 use x402_actix::{Discovery, Payment, PaywallLayer, UsageMeter};
 
@@ -55,6 +55,7 @@ pub fn routes(config: &mut web::ServiceConfig) {
         .route("/exact/evm/eip3009", web::get().to(exact))
         .route("/upto/evm/permit2", web::get().to(upto))
         .route("/session/demo", web::get().to(session))
+        .route("/siwx/demo", web::get().to(siwx))
         .route("/health", web::get().to(health))
         .route("/close", web::post().to(close));
 }
@@ -171,6 +172,11 @@ async fn upto(UsageMeter(meter): UsageMeter) -> HttpResponse {
 /// `GET /session/demo`: paid per call, or redeemed from a prepaid session.
 async fn session(Payment(payment): Payment) -> HttpResponse {
     HttpResponse::Ok().json(session_body(&payment))
+}
+
+/// `GET /siwx/demo`: paid $0.001 once, then sign-in-with-x for an hour.
+async fn siwx(state: web::Data<AppState>, Payment(payment): Payment) -> HttpResponse {
+    HttpResponse::Ok().json(siwx_body(&payment, state.siwx_run()))
 }
 
 /// `GET /health`: free.

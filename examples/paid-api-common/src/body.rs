@@ -41,6 +41,20 @@ pub fn session_body(payment: &VerifiedPayment) -> Value {
     body
 }
 
+/// `GET /siwx/demo` (paid $0.001 once, then sign-in-with-x for an hour):
+/// `{"message": "Paid content: sign-in-with-x demo", "timestamp": ...,
+/// "run": run, "signedIn": bool, "payer": ...}`; `run` is how many times
+/// the handler has run ([`AppState::siwx_run`](crate::AppState::siwx_run)).
+pub fn siwx_body(payment: &VerifiedPayment, run: u64) -> Value {
+    let mut body = message_body("Paid content: sign-in-with-x demo");
+    if let Value::Object(map) = &mut body {
+        map.insert("run".into(), json!(run));
+        map.insert("signedIn".into(), json!(payment.sign_in.is_some()));
+        map.insert("payer".into(), json!(payment.payer));
+    }
+    body
+}
+
 /// `GET /health` (free): `{"status": "ok", "timestamp": ...}`.
 pub fn health_body() -> Value {
     json!({ "status": "ok", "timestamp": timestamp() })

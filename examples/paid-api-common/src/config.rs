@@ -191,6 +191,10 @@ pub struct Config {
     /// Where settlement webhooks go (`WEBHOOK_URL`) and their secret
     /// (`WEBHOOK_SECRET`, `whsec_...`).
     pub webhook: Option<(String, String)>,
+    /// The key sign-in-with-x nonces are signed with (`SIWX_NONCE_KEY`, 64
+    /// hex digits): set the same one on every instance sharing Redis.
+    /// Random per process when unset.
+    pub siwx_nonce_key: Option<String>,
 }
 
 impl std::fmt::Debug for Config {
@@ -221,6 +225,10 @@ impl std::fmt::Debug for Config {
                     .as_ref()
                     .map(|(url, _)| (redact_url(url), "<redacted>")),
             )
+            .field(
+                "siwx_nonce_key",
+                &self.siwx_nonce_key.as_ref().map(|_| "<redacted>"),
+            )
             .finish()
     }
 }
@@ -246,6 +254,7 @@ impl Config {
             redis_url: None,
             redis_cluster_urls: Vec::new(),
             webhook: None,
+            siwx_nonce_key: None,
         }
     }
 
@@ -269,8 +278,10 @@ impl Config {
     /// - `REDIS_URL`: one Redis server for replay claims, sessions, payment ids and the
     ///   webhook outbox, shared by every instance; or `REDIS_CLUSTER_URLS`
     ///   (`redis://host:port,redis://host:port,...`): a Redis Cluster for the
-    ///   same (unset: in-memory stores, one process);
-    /// - `WEBHOOK_URL` + `WEBHOOK_SECRET`.
+    ///   same, and for sign-in-with-x (unset: in-memory stores, one process);
+    /// - `WEBHOOK_URL` + `WEBHOOK_SECRET`;
+    /// - `SIWX_NONCE_KEY`: 64 hex digits, the key of sign-in-with-x nonces,
+    ///   the same on every instance (unset: random per process).
     pub fn from_env() -> Result<Self, Error> {
         Self::from_lookup(|name| env::var(name).ok().filter(|v| !v.trim().is_empty()))
     }
@@ -359,6 +370,7 @@ impl Config {
             },
         };
 
+        config.siwx_nonce_key = var("SIWX_NONCE_KEY");
         config.redis_url = var("REDIS_URL");
         config.redis_cluster_urls = var("REDIS_CLUSTER_URLS")
             .map(|list| {

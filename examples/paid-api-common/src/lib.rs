@@ -11,7 +11,7 @@
 //!   shutdown switch, webhook worker);
 //! - [`openapi_info`], [`metrics_handle`]: what the discovery and
 //!   `/metrics` routes serve;
-//! - [`exact_body`], [`upto_body`], [`session_body`], [`health_body`],
+//! - [`exact_body`], [`upto_body`], [`session_body`], [`siwx_body`], [`health_body`],
 //!   [`close_body`]: the handlers' JSON, one function per route;
 //! - [`shutdown_signal`]: ctrl-c or SIGTERM.
 //!
@@ -23,6 +23,7 @@
 //! | `GET /exact/evm/eip3009` | $0.001, `exact` (EIP-3009); advertises `payment-identifier` (not required): a resend of a settled payment with its id gets the stored response; its body's `"run"` counts the handler's runs |
 //! | `GET /upto/evm/permit2` | `upto`, ceiling 2000 atomic units; the handler charges 1000 |
 //! | `GET /session/demo` | $0.001 per call, or a prepaid session: 100 calls for $0.05 |
+//! | `GET /siwx/demo` | $0.001 once, then sign-in-with-x (no payment) for an hour |
 //! | `GET /health` | free |
 //! | `GET /.well-known/x402`, `GET /.well-known/x402/openapi.json` | free; discovery and OpenAPI documents of the paid routes |
 //! | `GET /metrics` | free; Prometheus counters (keep it off the public internet) |
@@ -45,7 +46,7 @@
 //! `PUBLIC_URL`, `EVM_*`, `FACILITATOR_URL` (or `FACILITATOR_URLS`), `EVM_RPC_URL` +
 //! `FACILITATOR_EVM_PRIVATE_KEY`, `DEV_FUND`, `REDIS_URL` (or
 //! `REDIS_CLUSTER_URLS`), `WEBHOOK_URL` +
-//! `WEBHOOK_SECRET`. With nothing set, the server runs offline on an
+//! `WEBHOOK_SECRET`, `SIWX_NONCE_KEY`. With nothing set, the server runs offline on an
 //! in-memory **dev ledger** (fake balances on a testnet, never a mainnet).
 //!
 //! ```no_run
@@ -71,13 +72,14 @@ mod payments;
 mod state;
 
 pub use self::body::{
-    close_body, exact_body, health_body, message_body, session_body, timestamp, upto_body,
+    close_body, exact_body, health_body, message_body, session_body, siwx_body, timestamp,
+    upto_body,
 };
 pub(crate) use self::config::config_error;
 pub use self::config::{
     AssetConfig, Config, FacilitatorConfig, DEFAULT_NETWORK, DEFAULT_PAYEE, DEFAULT_PORT,
 };
-pub use self::payments::{engine, openapi_info, UPTO_CEILING, UPTO_CHARGE};
+pub use self::payments::{engine, openapi_info, SIWX_ACCESS, UPTO_CEILING, UPTO_CHARGE};
 pub use self::state::{is_loopback, AppState};
 
 /// Why the server could not be configured or run.

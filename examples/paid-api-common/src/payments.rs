@@ -14,6 +14,7 @@ use x402_core::{
     payment_id::{PaymentIdentifiers, RedisPaymentIdStore},
     paywall::PaywallTheme,
     session::{RedisSessionStore, SessionOffer},
+    siwx::{NonceKey, RedisSignInStore, RpcSmartWallets, SignInConfig, SignInWithX},
     webhook::{outbox::RedisOutbox, WebhookSecret, Webhooks},
     Engine, Facilitator, Offer, Route,
 };
@@ -25,6 +26,9 @@ pub const UPTO_CEILING: u64 = 2_000;
 /// What the `upto` route's handler charges, in atomic units
 /// ([`upto_body`](crate::upto_body)).
 pub const UPTO_CHARGE: u64 = 1_000;
+
+/// How long a payment on `GET /siwx/demo` lets its payer sign in.
+pub const SIWX_ACCESS: Duration = Duration::from_secs(3600);
 
 /// Builds the facilitator the config asks for.
 async fn facilitator(
@@ -128,6 +132,15 @@ fn routes(config: &Config) -> Vec<Route> {
             )
             .description("Pay per call, or buy 100 calls for $0.05")
             .mime_type("application/json"),
+        // $0.001 once; then, for an hour, the payer signs in
+        // (sign-in-with-x) instead of paying again.
+        Route::get("/siwx/demo")
+            .offer(exact("$0.001"))
+            .sign_in_with_x(
+                SignInWithX::new(SIWX_ACCESS).statement("Sign in to the x402 paid-api demo"),
+            )
+            .description("Pay $0.001 once, then sign in for an hour")
+            .mime_type("application/json"),
     ]
 }
 
@@ -160,6 +173,29 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
     // (REDIS_URL) or a Redis Cluster (REDIS_CLUSTER_URLS).
     let redis = |e: &dyn std::fmt::Display| Error::Redis(e.to_string());
     let cluster = &config.redis_cluster_urls;
+    let mut sign_in = SignInConfig::new();
+    if let Some(hex) = &config.siwx_nonce_key {
+        let key = NonceKey::from_hex(hex)
+            .ok_or_else(|| config_error("SIWX_NONCE_KEY: expected 64 hex digits"))?;
+        sign_in = sign_in.nonce_key(key);
+    }
+    // On a real chain, smart-contract wallets sign in too (EIP-1271, asked
+    // over the same JSON-RPC endpoint).
+    if let FacilitatorConfig::Chain { rpc_url, .. } = &config.facilitator {
+        sign_in = sign_in.smart_wallets(RpcSmartWallets::new().chain(&config.network, rpc_url));
+    }
+    if let Some(url) = &config.redis_url {
+        let store = RedisSignInStore::connect(url)
+            .await
+            .map_err(|e| redis(&e))?;
+        sign_in = sign_in.store(store);
+    } else if !cluster.is_empty() {
+        let store = RedisSignInStore::connect_cluster(cluster)
+            .await
+            .map_err(|e| redis(&e))?;
+        sign_in = sign_in.store(store);
+    }
+    engine = engine.sign_in_with_x(sign_in);
     if let Some(url) = &config.redis_url {
         let claims = RedisClaimStore::connect(url).await.map_err(|e| redis(&e))?;
         let sessions = RedisSessionStore::connect(url)
@@ -221,6 +257,7 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
         webhook_worker: Arc::new(Mutex::new(webhook_worker)),
         close_enabled: is_loopback(config.host),
         exact_runs: Default::default(),
+        siwx_runs: Arc::default(),
     };
     Ok((engine, state))
 }
@@ -229,5 +266,5 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
 /// `/.well-known/x402/openapi.json`.
 pub fn openapi_info() -> OpenApiInfo {
     OpenApiInfo::new("paid-api", env!("CARGO_PKG_VERSION"))
-        .description("An x402 example API: exact, upto and prepaid-session routes.")
+        .description("An x402 example API: exact, upto, prepaid-session and sign-in-with-x routes.")
 }

@@ -32,6 +32,8 @@ pub struct AppState {
     pub(crate) close_enabled: bool,
     /// How many times the `/exact/evm/eip3009` handler has run.
     pub(crate) exact_runs: Arc<AtomicU64>,
+    /// How many times the `GET /siwx/demo` handler ran.
+    pub(crate) siwx_runs: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl AppState {
@@ -79,6 +81,14 @@ impl AppState {
     /// Who gets paid.
     pub fn pay_to(&self) -> Address {
         self.pay_to
+    }
+
+    /// Counts one run of the `GET /siwx/demo` handler; the count so far,
+    /// this one included.
+    pub fn siwx_run(&self) -> u64 {
+        self.siwx_runs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1
     }
 
     /// Whether `POST /close` stops the server: only when the configuration

@@ -35,7 +35,7 @@ use axum::{
 };
 use paid_api_common::{
     close_body, engine, exact_body, health_body, is_loopback, metrics_handle, openapi_info,
-    session_body, shutdown_signal, upto_body,
+    session_body, shutdown_signal, siwx_body, upto_body,
 };
 use serde_json::Value;
 use x402_axum::{
@@ -62,6 +62,7 @@ pub async fn app(config: Config) -> Result<(Router, AppState), Error> {
         .route("/exact/evm/eip3009", get(exact))
         .route("/upto/evm/permit2", get(upto))
         .route("/session/demo", get(session))
+        .route("/siwx/demo", get(siwx))
         .route("/health", get(health))
         .route("/close", post(close))
         .layer(PaywallLayer::new(engine.clone()))
@@ -125,6 +126,11 @@ async fn upto(UsageMeter(meter): UsageMeter) -> Json<Value> {
 /// `GET /session/demo`: paid per call, or redeemed from a prepaid session.
 async fn session(Payment(payment): Payment) -> Json<Value> {
     Json(session_body(&payment))
+}
+
+/// `GET /siwx/demo`: paid $0.001 once, then sign-in-with-x for an hour.
+async fn siwx(State(state): State<AppState>, Payment(payment): Payment) -> Json<Value> {
+    Json(siwx_body(&payment, state.siwx_run()))
 }
 
 /// `GET /health`: free.

@@ -6,6 +6,7 @@
 //   contracts/TestUSDC.sol    -> TestUSDC.json
 //   contracts/TestPermit2.sol -> TestPermit2.json, TestX402UptoPermit2Proxy.json,
 //                                TestX402ExactPermit2Proxy.json
+//   contracts/TestSiwxWallet.sol -> TestSiwxWallet.json
 //
 // Usage: node contracts/compile.mjs        (or: npm run compile)
 //
@@ -27,6 +28,7 @@ const targets = [
     sourceFile: "TestPermit2.sol",
     contracts: ["TestPermit2", "TestX402UptoPermit2Proxy", "TestX402ExactPermit2Proxy"],
   },
+  { sourceFile: "TestSiwxWallet.sol", contracts: ["TestSiwxWallet"] },
 ];
 
 const settings = {

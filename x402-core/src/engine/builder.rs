@@ -21,6 +21,7 @@ pub struct EngineBuilder {
     price_floors: PriceFloors,
     rate_limit: Option<crate::limit::RateLimit>,
     payment_ids: crate::payment_id::PaymentIdentifiers,
+    sign_in: crate::siwx::SignInConfig,
 }
 
 impl fmt::Debug for EngineBuilder {
@@ -330,6 +331,17 @@ impl EngineBuilder {
         self
     }
 
+    /// Where routes offering [sign-in-with-x](crate::siwx) keep paid
+    /// accesses and used nonces, and the key their nonces are signed with
+    /// (default: [`SignInConfig::new`](crate::siwx::SignInConfig::new), in
+    /// memory with a random key: one process). Instances behind one load
+    /// balancer share a [`RedisSignInStore`](crate::siwx) and one
+    /// [`NonceKey`](crate::siwx::NonceKey).
+    pub fn sign_in_with_x(mut self, config: crate::siwx::SignInConfig) -> Self {
+        self.sign_in = config;
+        self
+    }
+
     /// Checks every route and builds the engine. Offers that need nothing
     /// from the facilitator are resolved and their challenges encoded now.
     pub fn build(self) -> Result<Engine, ConfigError> {
@@ -379,6 +391,7 @@ impl EngineBuilder {
                 limits,
                 price_floors: self.price_floors,
                 payment_ids: self.payment_ids,
+                sign_in: self.sign_in,
             }),
         })
     }
@@ -408,6 +421,7 @@ impl Engine {
             price_floors: PriceFloors::default(),
             rate_limit: None,
             payment_ids: crate::payment_id::PaymentIdentifiers::memory(),
+            sign_in: crate::siwx::SignInConfig::new(),
         }
     }
 }

@@ -59,6 +59,26 @@ impl Engine {
             .get(codec::PAYMENT_SIGNATURE)
             .or_else(|| request.headers.get(codec::X_PAYMENT));
 
+        // A buyer that paid before signs in instead (sign-in-with-x); a
+        // refused proof gets the challenge, unless a payment came with it.
+        let mut sign_in_refusal = None;
+        if let Some(proof) = route
+            .sign_in_with_x
+            .as_ref()
+            .and(request.headers.get(crate::siwx::SIGN_IN_WITH_X_HEADER))
+        {
+            match Box::pin(self.sign_in(compiled, &resolved, &request, proof)).await {
+                Ok(paid) => return Decision::Paid(paid),
+                Err(refusal @ Refusal::Unavailable { .. }) => {
+                    crate::metrics::refusal(route.pattern(), &refusal);
+                    return Decision::Respond(response::refusal_response(
+                        &refusal, None, None, None,
+                    ));
+                }
+                Err(refusal) => sign_in_refusal = Some(refusal),
+            }
+        }
+
         // A prepaid session call needs no payment.
         let mut session_refusal = None;
         if let (Some(scope), Some(token)) =
@@ -97,13 +117,17 @@ impl Engine {
             Some((resource, _)) => resource.clone(),
             None => resource_for(route, RequestUrl::of(&self.inner.origin, &request)),
         };
-        let enriched = bazaar.then(|| enrich_bazaar(route, &request, &resolved.extensions));
+        let mut enriched = bazaar.then(|| enrich_bazaar(route, &request, &resolved.extensions));
+        if let Some(siwx) = &route.sign_in_with_x {
+            let extensions = enriched.get_or_insert_with(|| resolved.extensions.clone());
+            self.sign_in_challenge(compiled, siwx, &request, extensions);
+        }
         let Some(header) = header else {
             let mut parts = self.parts(route, &resource, &resolved);
             if let Some(extensions) = &enriched {
                 parts.extensions = extensions;
             }
-            if let Some(refusal) = session_refusal {
+            if let Some(refusal) = session_refusal.or(sign_in_refusal) {
                 crate::metrics::refusal(route.pattern(), &refusal);
                 return Decision::Respond(response::refusal_response(
                     &refusal,
@@ -339,6 +363,7 @@ impl Engine {
             route: route.pattern().to_owned(),
             meter: meter.clone(),
             session: None,
+            sign_in: None,
         };
         let timing = if upto {
             SettlementTiming::AfterHandler
@@ -450,6 +475,7 @@ impl Engine {
                 remaining,
                 scope: scope.to_owned(),
             }),
+            sign_in: None,
         };
         Ok(Box::new(PaidRequest {
             engine: self.clone(),

@@ -89,6 +89,7 @@ mod precheck;
 mod readiness;
 mod resolve;
 mod response;
+mod siwx;
 mod table;
 
 pub use self::describe::{PricingKind, RouteDescription, SessionDescription, Settlement};
@@ -142,6 +143,8 @@ struct Inner {
     price_floors: crate::floor::PriceFloors,
     /// [`EngineBuilder::payment_identifiers`].
     payment_ids: crate::payment_id::PaymentIdentifiers,
+    /// Sign-in-with-x's store and nonce key ([`EngineBuilder::sign_in_with_x`]).
+    sign_in: crate::siwx::SignInConfig,
 }
 
 impl fmt::Debug for Engine {

@@ -70,7 +70,8 @@ pub(super) enum Kind {
     /// Settled before its handler: the receipt's headers, for the
     /// handler's response.
     Settled(HeaderMap),
-    /// Handed to its settlement task.
+    /// Handed to its settlement task; or nothing to settle (a request
+    /// that passed by sign-in-with-x).
     Spent,
 }
 
@@ -630,6 +631,10 @@ impl Settlement {
             }
             tracing::warn!(reason = ?receipt.error_reason, network = %state.network, "x402: settlement refused");
             return Err(self.refusal(&Refusal::SettlementFailed(Box::new(receipt))));
+        }
+        if self.route.route.sign_in_with_x.is_some() {
+            let payer = receipt.payer.as_deref();
+            self.engine.record_sign_in(&self.route, payer).await;
         }
         let mut headers = HeaderMap::new();
         if let Some((name, value)) = response::receipt_header(&receipt, self.payment.version) {

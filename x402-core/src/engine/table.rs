@@ -166,6 +166,13 @@ pub(super) fn resolve_route(
     if !sessions.is_empty() {
         extensions.insert("session".into(), session_extension(&sessions));
     }
+    if let Some(siwx) = &route.sign_in_with_x {
+        let networks = offers.iter().map(|o| o.network.as_str());
+        extensions.insert(
+            crate::siwx::SIGN_IN_WITH_X.into(),
+            crate::siwx::declaration(siwx, networks),
+        );
+    }
     let fixed = route.resource_url.as_ref().and_then(|url| {
         let resource = v2::ResourceInfo {
             url: url.clone(),
@@ -269,7 +276,8 @@ pub(super) fn resource_for(route: &Route, url: RequestUrl<'_>) -> v2::ResourceIn
 }
 
 /// The 402 for an unpaid request when it is ready-made: no payment header,
-/// no session token for the route, no per-request bazaar declaration, not a
+/// no session token for the route, no per-request bazaar or sign-in-with-x
+/// declaration, not a
 /// browser (which gets the paywall page), and a challenge encoded for the
 /// request's URL (the route's fixed one, or the last one built). Counted.
 pub(super) fn ready_challenge(
@@ -283,6 +291,9 @@ pub(super) fn ready_challenge(
         || headers.contains_key(codec::X_PAYMENT)
         || (resolved.scope().is_some() && headers.contains_key(X_PAYMENT_SESSION))
         || resolved.extensions.contains_key(crate::bazaar::BAZAAR)
+        || resolved
+            .extensions
+            .contains_key(crate::siwx::SIGN_IN_WITH_X)
         || response::is_browser(headers)
     {
         return None;
