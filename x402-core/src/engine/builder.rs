@@ -20,6 +20,7 @@ pub struct EngineBuilder {
     origin: Result<Origin, ConfigError>,
     price_floors: PriceFloors,
     rate_limit: Option<crate::limit::RateLimit>,
+    pending_retry: PendingRetry,
 }
 
 impl fmt::Debug for EngineBuilder {
@@ -170,6 +171,15 @@ impl EngineBuilder {
     /// with 503 `session_unavailable` (default 250 ms).
     pub fn session_deadline(mut self, deadline: Duration) -> Self {
         self.session_deadline = deadline;
+        self
+    }
+
+    /// How a facilitator's `settlement_pending` answer is retried (default
+    /// upstream's: once, at once; see [`PendingRetry`]). A settlement still
+    /// pending after that is answered `502 settlement_unknown`, the payment
+    /// kept claimed.
+    pub fn settlement_pending_retry(mut self, retry: PendingRetry) -> Self {
+        self.pending_retry = retry;
         self
     }
 
@@ -364,6 +374,7 @@ impl EngineBuilder {
                 observed: Default::default(),
                 limits,
                 price_floors: self.price_floors,
+                pending_retry: self.pending_retry,
             }),
         })
     }
@@ -392,6 +403,7 @@ impl Engine {
             origin: Ok(Origin::Unset),
             price_floors: PriceFloors::default(),
             rate_limit: None,
+            pending_retry: PendingRetry::default(),
         }
     }
 }

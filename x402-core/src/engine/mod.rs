@@ -84,6 +84,7 @@ mod guard;
 mod matching;
 mod origin;
 mod paid;
+mod pending;
 mod precheck;
 mod readiness;
 mod resolve;
@@ -98,6 +99,7 @@ pub use self::builder::{ConfigError, EngineBuilder};
 pub use self::drive::{Now, Pending, Processing};
 pub use self::guard::{BoundRoute, Guard};
 pub use self::paid::{Completion, PaidRequest, Reply};
+pub use self::pending::{PendingRetry, SETTLEMENT_PENDING};
 pub use self::resolve::OfferError;
 use self::resolve::ResolvedOffer;
 pub use self::response::{handler_failed_response, EngineResponse, Refusal, EXPOSE_HEADERS};
@@ -136,6 +138,8 @@ struct Inner {
     limits: Option<crate::limit::Limits>,
     /// The per-network minimum prices ([`EngineBuilder::price_floors`]).
     price_floors: crate::floor::PriceFloors,
+    /// [`EngineBuilder::settlement_pending_retry`].
+    pending_retry: PendingRetry,
 }
 
 impl fmt::Debug for Engine {
