@@ -76,11 +76,9 @@ async fn official_v2_client_pays_an_upfront_route_on_anvil() {
     // What the client is offered.
     let challenge = reqwest::get(&url).await.unwrap();
     assert_eq!(challenge.status(), 402);
-    let required: serde_json::Value = x402_core::codec::decode(
-        challenge.headers()["payment-required"].as_bytes(),
-        1 << 20,
-    )
-    .unwrap();
+    let required: serde_json::Value =
+        x402_core::codec::decode(challenge.headers()["payment-required"].as_bytes(), 1 << 20)
+            .unwrap();
     assert_eq!(
         required["accepts"][0]["extra"]["paymentFlow"], "upfront",
         "{required}"

@@ -447,7 +447,11 @@ async fn settlement_extensions_reach_the_buyer_and_extension_responses_only_the_
         seen.extension_responses.as_ref().unwrap()["bazaar"]["status"],
         "rejected"
     );
-    assert!(seen.extensions.as_ref().unwrap().contains_key("offer-receipt"));
+    assert!(seen
+        .extensions
+        .as_ref()
+        .unwrap()
+        .contains_key("offer-receipt"));
 }
 
 // ---------------------------------------------------------------------------
@@ -520,8 +524,7 @@ async fn two_copies_of_one_near_payment_run_the_handler_once() {
     })
     .await;
     let route = Route::get(ROUTE).offer(
-        Offer::exact("near:testnet", "$1", "merchant.testnet")
-            .asset(Asset::new("usdc.testnet", 6)),
+        Offer::exact("near:testnet", "$1", "merchant.testnet").asset(Asset::new("usdc.testnet", 6)),
     );
     let seller = Arc::new(make_seller(standin.client(), route, |b| b));
     let challenge = seller.challenge().await;

@@ -11,9 +11,13 @@
 //! checks the committed file is what it makes; `X402_WRITE_TEST_VECTORS=1`
 //! writes it instead.
 //!
-//! The public key's text in the file (`ed25519:<base58>`) was checked
-//! against an independent base58 encoder, and the signature against
-//! Python's `cryptography` ed25519, when the file was written.
+//! When the file was written it was also checked outside this crate: NEAR's
+//! own JavaScript library (`@near-js/transactions` 2.5.1 with
+//! `@near-js/crypto`, installed in a scratch directory, not a dependency of
+//! this workspace) decoded it with its `SCHEMA.SignedDelegate`, re-encoded
+//! it to the same bytes, hashed its `encodeDelegateAction` to the same
+//! `signedHashHex`, printed the same `ed25519:<base58>` key and verified the
+//! signature; Python's `cryptography` verified it too.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -169,7 +173,11 @@ fn the_committed_vector_is_what_the_generator_makes() {
         .unwrap();
         return;
     }
-    assert_eq!(committed(), made, "regenerate with X402_WRITE_TEST_VECTORS=1");
+    assert_eq!(
+        committed(),
+        made,
+        "regenerate with X402_WRITE_TEST_VECTORS=1"
+    );
 }
 
 /// A committed field (while rewriting, the value already there).

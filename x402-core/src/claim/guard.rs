@@ -252,11 +252,10 @@ impl PaymentHooks for ReplayGuard {
         verdict: &VerifyResponse,
     ) -> Result<AfterVerify, HookError> {
         let payer = verdict.payer.as_deref().unwrap_or_default();
-        let ClaimKey { key, expires_at } =
-            match self.key(ctx) {
-                Ok(claim) => claim,
-                Err(e) => return Ok(self.unkeyable(ctx, payer, &e)),
-            };
+        let ClaimKey { key, expires_at } = match self.key(ctx) {
+            Ok(claim) => claim,
+            Err(e) => return Ok(self.unkeyable(ctx, payer, &e)),
+        };
 
         // The claim is a write: if this request stops waiting for it (the
         // deadline passed, or the client hung up mid-call), it may land all

@@ -147,9 +147,9 @@ pub(crate) fn read_signed_delegate(bytes: &[u8]) -> Result<DelegateKey, NearPayl
 /// what matters here is that no `:` can reach the claim key).
 fn is_account_id(id: &str) -> bool {
     (2..=64).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.'))
+        && id.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
+        })
 }
 
 /// A Borsh reader over the rest of the input.

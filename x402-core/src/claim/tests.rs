@@ -347,20 +347,31 @@ fn svm_lifetime_honours_long_timeouts() {
 fn other_networks_and_unknown_evm_shapes_are_keyed_by_digest() {
     // Another network family: a digest of the scheme and the canonical
     // payload (was `claim_unsupported` before every network was guarded).
-    let stellar = v2("stellar:testnet", "USDC", json!({"transaction": "AAAA", "n": 1}));
+    let stellar = v2(
+        "stellar:testnet",
+        "USDC",
+        json!({"transaction": "AAAA", "n": 1}),
+    );
     let key = key_of(&stellar, "stellar:testnet").unwrap();
-    assert!(key.key.starts_with("x402:stellar:testnet:digest:"), "{}", key.key);
+    assert!(
+        key.key.starts_with("x402:stellar:testnet:digest:"),
+        "{}",
+        key.key
+    );
     assert_eq!(key.key.len(), "x402:stellar:testnet:digest:".len() + 64);
     // Kept for maxTimeoutSeconds (60) + grace, at least 900 s.
     assert_eq!(key.expires_at, at(NOW + 900));
 
     // Key order and whitespace do not matter: a re-encoded copy is a copy.
-    let reordered: Value =
-        serde_json::from_str(r#"{ "n" : 1, "transaction" : "AAAA" }"#).unwrap();
+    let reordered: Value = serde_json::from_str(r#"{ "n" : 1, "transaction" : "AAAA" }"#).unwrap();
     let copy = v2("stellar:testnet", "USDC", reordered);
     assert_eq!(key_of(&copy, "stellar:testnet").unwrap().key, key.key);
     // Anything else does: another value, network or scheme.
-    let other = v2("stellar:testnet", "USDC", json!({"transaction": "AAAB", "n": 1}));
+    let other = v2(
+        "stellar:testnet",
+        "USDC",
+        json!({"transaction": "AAAB", "n": 1}),
+    );
     assert_ne!(key_of(&other, "stellar:testnet").unwrap().key, key.key);
     assert_ne!(key_of(&stellar, "stellar:pubnet").unwrap().key, key.key);
     let mut scheme = requirements_v2("stellar:testnet", "USDC");
@@ -369,7 +380,10 @@ fn other_networks_and_unknown_evm_shapes_are_keyed_by_digest() {
     payment["payload"] = json!({"transaction": "AAAA", "n": 1});
     let payment = PaymentPayload::from_value(payment).unwrap();
     let req = PaymentRequirements::V2(serde_json::from_value(scheme).unwrap());
-    assert_ne!(key_of(&(payment, req), "stellar:testnet").unwrap().key, key.key);
+    assert_ne!(
+        key_of(&(payment, req), "stellar:testnet").unwrap().key,
+        key.key
+    );
 
     // A long maxTimeoutSeconds is honoured.
     let mut long = requirements_v2("aptos:2", "0x1::usdc");
@@ -390,7 +404,11 @@ fn other_networks_and_unknown_evm_shapes_are_keyed_by_digest() {
         json!({"signature": SIGNATURE, "newMethod": {}}),
     );
     let key = key_of(&unknown, NETWORK).unwrap();
-    assert!(key.key.starts_with("x402:eip155:84532:digest:"), "{}", key.key);
+    assert!(
+        key.key.starts_with("x402:eip155:84532:digest:"),
+        "{}",
+        key.key
+    );
 
     // Without the fallback, both have no key.
     for (pair, network) in [(&stellar, "stellar:testnet"), (&unknown, NETWORK)] {
@@ -405,7 +423,10 @@ fn payloads_that_name_nothing_are_unsupported() {
     for payload in [json!({}), json!(null), json!("x"), json!([1])] {
         let pair = v2("stellar:testnet", "USDC", payload.clone());
         let err = key_of(&pair, "stellar:testnet").unwrap_err();
-        assert!(matches!(err, ClaimKeyError::Unsupported { .. }), "{payload}: {err:?}");
+        assert!(
+            matches!(err, ClaimKeyError::Unsupported { .. }),
+            "{payload}: {err:?}"
+        );
         assert_eq!(err.reason(), "claim_unsupported");
     }
 }
@@ -444,15 +465,24 @@ fn near_payloads_are_keyed_by_sender_key_and_nonce() {
     let key = key_of(&pair(delegate(7, &[])), "near:testnet").unwrap();
     assert_eq!(
         key.key,
-        format!("x402:near:testnet:alice.testnet:ed25519:{}:7", "1".repeat(32))
+        format!(
+            "x402:near:testnet:alice.testnet:ed25519:{}:7",
+            "1".repeat(32)
+        )
     );
     // 2 × maxTimeoutSeconds (60) + grace, at least 900 s.
     assert_eq!(key.expires_at, at(NOW + 900));
 
     for (payload, expected) in [
         (json!({}), near::NearPayloadError::MissingSignedDelegate),
-        (json!({"signedDelegateAction": "%%"}), near::NearPayloadError::Base64),
-        (json!({"signedDelegateAction": "AAAA"}), near::NearPayloadError::Truncated),
+        (
+            json!({"signedDelegateAction": "%%"}),
+            near::NearPayloadError::Base64,
+        ),
+        (
+            json!({"signedDelegateAction": "AAAA"}),
+            near::NearPayloadError::Truncated,
+        ),
         (
             json!({"signedDelegateAction": delegate(7, &[1, 2])}),
             near::NearPayloadError::TrailingBytes(2),
