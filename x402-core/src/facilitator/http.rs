@@ -310,8 +310,10 @@ impl Facilitator for HttpFacilitator {
         request: &FacilitatorRequest,
     ) -> Result<VerifyResponse, FacilitatorError> {
         let reply = self.call(Endpoint::Verify, Some(request)).await?;
-        let mut verdict = verify_reply(&reply)?;
-        verdict.extension_responses = sidechannel::read(Endpoint::Verify, &reply);
+        let verdict = verify_reply(&reply)?;
+        // A verdict's sidechannel is logged only; the settlement's reaches
+        // the hooks (`SettleResponse::extension_responses`).
+        let _ = sidechannel::read(Endpoint::Verify, &reply);
         Ok(verdict)
     }
 

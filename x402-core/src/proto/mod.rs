@@ -410,12 +410,6 @@ pub struct VerifyResponse {
     /// Scheme-specific extra data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra: Option<JsonObject>,
-    /// The facilitator's extension outcomes from its `EXTENSION-RESPONSES`
-    /// header (base64 JSON keyed by extension), for the seller only: never
-    /// serialised, so never shown to the buyer (upstream `bazaar.md`,
-    /// "Verify and Settlement Response Sidechannel").
-    #[serde(skip)]
-    pub extension_responses: Option<JsonObject>,
 }
 
 impl VerifyResponse {
@@ -476,7 +470,7 @@ pub struct SettleResponse {
     /// this (upstream `bazaar.md`, "Verify and Settlement Response
     /// Sidechannel").
     #[serde(skip)]
-    pub extension_responses: Option<JsonObject>,
+    pub extension_responses: Option<Box<JsonObject>>,
 }
 
 impl SettleResponse {

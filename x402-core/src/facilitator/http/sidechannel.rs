@@ -9,9 +9,10 @@
 //! buyer may see travels in the settlement's `extensions`, inside
 //! `PAYMENT-RESPONSE`.
 //!
-//! The decoded object lands in `VerifyResponse::extension_responses` /
+//! The decoded object of a `/settle` reply lands in
 //! `SettleResponse::extension_responses` (never serialised), where hooks
-//! read it. A header that does not decode to an object is ignored. Each
+//! read it; a `/verify` reply's is logged only. A header that does not
+//! decode to an object is ignored. Each
 //! one read is logged at `info` with only the fields upstream logs
 //! (`status`, `rejectedReason`, `reason`, `code`), since other fields may
 //! echo buyer input.
@@ -30,7 +31,7 @@ const MAX_HEADER_BYTES: usize = 64 * 1024;
 const LOGGED_FIELDS: [&str; 4] = ["status", "rejectedReason", "reason", "code"];
 
 /// The reply's `EXTENSION-RESPONSES`, decoded, if it is a JSON object.
-pub(super) fn read(endpoint: Endpoint, reply: &Reply) -> Option<JsonObject> {
+pub(super) fn read(endpoint: Endpoint, reply: &Reply) -> Option<Box<JsonObject>> {
     let header = reply.extension_responses.as_ref()?;
     if header.len() > MAX_HEADER_BYTES {
         tracing::warn!(%endpoint, bytes = header.len(), "x402: facilitator EXTENSION-RESPONSES too large; ignored");
@@ -56,5 +57,5 @@ pub(super) fn read(endpoint: Endpoint, reply: &Reply) -> Option<JsonObject> {
         .collect();
     let logged = Value::Object(logged);
     tracing::info!(%endpoint, extension_responses = %logged, "x402: facilitator extension responses");
-    Some(object)
+    Some(Box::new(object))
 }
