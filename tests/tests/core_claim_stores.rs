@@ -626,9 +626,44 @@ async fn dangerous_fail_open_lets_the_payment_through() {
 }
 
 #[tokio::test]
-async fn guard_refuses_unclaimable_payments_unless_allowed() {
-    let payment = Payment::v2("stellar:testnet", json!({"anything": true}));
+async fn guard_claims_other_networks_by_digest() {
+    // A network this crate reads no replay primitive of: claimed by the
+    // digest of its payload (it was refused with claim_unsupported before
+    // every network was guarded); an exact copy is a replay.
+    let payment = Payment::v2("stellar:testnet", json!({"transaction": "AAAA"}));
     let guard = ReplayGuard::memory();
+    assert_eq!(
+        guard
+            .after_verify(&payment.ctx(), &verdict())
+            .await
+            .unwrap(),
+        AfterVerify::Continue
+    );
+    assert_eq!(
+        guard
+            .after_verify(&payment.ctx(), &verdict())
+            .await
+            .unwrap(),
+        abort("payment_replayed")
+    );
+    // A failed handler releases it like any claim.
+    guard
+        .on_payment_canceled(&payment.ctx(), CancelReason::HandlerAborted)
+        .await;
+    assert_eq!(
+        guard
+            .after_verify(&payment.ctx(), &verdict())
+            .await
+            .unwrap(),
+        AfterVerify::Continue
+    );
+}
+
+#[tokio::test]
+async fn guard_refuses_unclaimable_payments_unless_allowed() {
+    // Unclaimable, deliberately: the digest fallback is off.
+    let payment = Payment::v2("stellar:testnet", json!({"anything": true}));
+    let guard = ReplayGuard::memory().digest_fallback(false);
     assert_eq!(
         guard
             .after_verify(&payment.ctx(), &verdict())
@@ -637,7 +672,9 @@ async fn guard_refuses_unclaimable_payments_unless_allowed() {
         abort("claim_unsupported")
     );
 
-    let everywhere = ReplayGuard::memory().allow_unclaimable(true);
+    let everywhere = ReplayGuard::memory()
+        .digest_fallback(false)
+        .allow_unclaimable(true);
     assert_eq!(
         everywhere
             .after_verify(&payment.ctx(), &verdict())
@@ -650,7 +687,9 @@ async fn guard_refuses_unclaimable_payments_unless_allowed() {
         .on_payment_canceled(&payment.ctx(), CancelReason::HandlerAborted)
         .await;
 
-    let one_route = ReplayGuard::memory().allow_unclaimable_route(ROUTE);
+    let one_route = ReplayGuard::memory()
+        .digest_fallback(false)
+        .allow_unclaimable_route(ROUTE);
     assert_eq!(
         one_route
             .after_verify(&payment.ctx(), &verdict())

@@ -42,7 +42,7 @@ pub const X_PAYMENT_RESPONSE: HeaderName = HeaderName::from_static("x-payment-re
 pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
 
 /// Writes padded output; reads padded or unpadded input.
-const BASE64: GeneralPurpose = GeneralPurpose::new(
+pub(crate) const BASE64: GeneralPurpose = GeneralPurpose::new(
     &alphabet::STANDARD,
     GeneralPurposeConfig::new()
         .with_encode_padding(true)

@@ -8,9 +8,7 @@ use std::{
 
 use async_trait::async_trait;
 
-use super::{
-    claim_key, ClaimKey, ClaimKeyError, ClaimStore, ClaimStoreError, Claimed, MemoryClaimStore,
-};
+use super::{key, ClaimKey, ClaimKeyError, ClaimStore, ClaimStoreError, Claimed, MemoryClaimStore};
 use crate::{
     hooks::{AfterVerify, CancelReason, HookError, HookSteps, PaymentContext, PaymentHooks},
     late::{Late, LATE_ANSWER_WAIT},
@@ -60,8 +58,11 @@ const KEY_LOG_LEN: usize = 48;
 ///   all, it is released, since its request was refused. The same holds
 ///   for a claim whose client hung up while it was being written. An honest
 ///   retry then succeeds.
-/// - **Unkeyable payments are refused** (`402 claim_unsupported`): a
-///   payment this crate cannot name could be replayed freely. Opt out with
+/// - **Every network is claimed.** Payments whose replay primitive this
+///   crate does not read are claimed by the digest of their payload (see
+///   [the module docs](super#every-network) for what that catches);
+///   [`digest_fallback`] turns that off. Payments nothing names are refused
+///   (`402 claim_unsupported`): they could be replayed freely. Opt out with
 ///   [`allow_unclaimable`] or per route with [`allow_unclaimable_route`].
 /// - **Release on failure, never after settlement.** When the handler fails
 ///   (≥ 400 or an error), or a later hook refuses, the claim is released so
@@ -79,6 +80,7 @@ const KEY_LOG_LEN: usize = 48;
 /// [`dangerous_fail_open`]: Self::dangerous_fail_open
 /// [`deadline`]: Self::deadline
 /// [`allow_unclaimable`]: Self::allow_unclaimable
+/// [`digest_fallback`]: Self::digest_fallback
 /// [`allow_unclaimable_route`]: Self::allow_unclaimable_route
 #[derive(Clone)]
 pub struct ReplayGuard {
@@ -86,6 +88,7 @@ pub struct ReplayGuard {
     deadline: Duration,
     retry_after: Duration,
     fail_open: bool,
+    digest_fallback: bool,
     allow_unclaimable: bool,
     unclaimable_routes: Vec<String>,
 }
@@ -97,6 +100,7 @@ impl fmt::Debug for ReplayGuard {
             .field("deadline", &self.deadline)
             .field("retry_after", &self.retry_after)
             .field("fail_open", &self.fail_open)
+            .field("digest_fallback", &self.digest_fallback)
             .field("allow_unclaimable", &self.allow_unclaimable)
             .field("unclaimable_routes", &self.unclaimable_routes)
             .finish()
@@ -117,6 +121,7 @@ impl ReplayGuard {
             deadline: DEFAULT_DEADLINE,
             retry_after: DEFAULT_RETRY_AFTER,
             fail_open: false,
+            digest_fallback: true,
             allow_unclaimable: false,
             unclaimable_routes: Vec::new(),
         }
@@ -160,11 +165,24 @@ impl ReplayGuard {
         self
     }
 
-    /// Lets through payments that cannot be claimed because this crate does
-    /// not know how to key them ([`ClaimKeyError::Unsupported`]: another
-    /// network family, or an EVM payload of an unknown shape) on every
-    /// route, instead of refusing them with `402 claim_unsupported`
-    /// (default `false`). Such payments are not protected against replay.
+    /// Whether payments whose replay primitive this crate does not read
+    /// (another network family, an EVM payload of an unknown shape) are
+    /// claimed by the digest of their payload (default `true`; see
+    /// [the module docs](super#every-network) for its limit). Turned off,
+    /// they have no key: `402 claim_unsupported`, unless
+    /// [allowed](Self::allow_unclaimable).
+    #[must_use]
+    pub fn digest_fallback(mut self, enabled: bool) -> Self {
+        self.digest_fallback = enabled;
+        self
+    }
+
+    /// Lets through payments that cannot be claimed
+    /// ([`ClaimKeyError::Unsupported`]: a payload that names nothing, or,
+    /// with the [digest fallback](Self::digest_fallback) off, one that
+    /// would need it) on every route, instead of refusing them with
+    /// `402 claim_unsupported` (default `false`). Such payments are not
+    /// protected against replay.
     ///
     /// Malformed payloads and over-long authorizations are refused anyway.
     #[must_use]
@@ -183,6 +201,17 @@ impl ReplayGuard {
 
     fn allows_unclaimable(&self, route: &str) -> bool {
         self.allow_unclaimable || self.unclaimable_routes.iter().any(|r| r == route)
+    }
+
+    /// The claim of a payment, as of now, under this guard's fallback.
+    fn key(&self, ctx: &PaymentContext<'_>) -> Result<ClaimKey, ClaimKeyError> {
+        key::derive(
+            ctx.payload,
+            ctx.requirements,
+            ctx.network,
+            std::time::SystemTime::now(),
+            self.digest_fallback,
+        )
     }
 
     /// A payment without a claim key: let through or refuse.
@@ -266,11 +295,10 @@ impl PaymentHooks for ReplayGuard {
         verdict: &VerifyResponse,
     ) -> Result<AfterVerify, HookError> {
         let payer = verdict.payer.as_deref().unwrap_or_default();
-        let ClaimKey { key, expires_at } =
-            match claim_key(ctx.payload, ctx.requirements, ctx.network) {
-                Ok(claim) => claim,
-                Err(e) => return Ok(self.unkeyable(ctx, payer, &e)),
-            };
+        let ClaimKey { key, expires_at } = match self.key(ctx) {
+            Ok(claim) => claim,
+            Err(e) => return Ok(self.unkeyable(ctx, payer, &e)),
+        };
 
         // The claim is a write: if this request stops waiting for it (the
         // deadline passed, or the client hung up mid-call), it may land all
@@ -327,7 +355,7 @@ impl PaymentHooks for ReplayGuard {
     async fn on_payment_canceled(&self, ctx: &PaymentContext<'_>, reason: CancelReason) {
         // The key is a function of the payment: recompute it. A payment
         // without a key was let through unclaimed; nothing to release.
-        let Ok(ClaimKey { key, .. }) = claim_key(ctx.payload, ctx.requirements, ctx.network) else {
+        let Ok(ClaimKey { key, .. }) = self.key(ctx) else {
             return;
         };
         let key_log = KeyForLog(&key);

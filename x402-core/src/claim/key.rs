@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use alloy_primitives::Address;
 use serde::Deserialize as _;
 
+use super::{digest, near};
 use crate::{
     evm::{self, EvmPayload, EvmPayloadError},
     network::{self, Family},
@@ -23,6 +24,13 @@ pub const MIN_CLAIM_LIFETIME: Duration = Duration::from_secs(900);
 /// is refused rather than remembered for less than it can be replayed.
 pub const MAX_AUTHORIZATION_LIFETIME: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 
+/// How many times the route's `maxTimeoutSeconds` a NEAR delegate action is
+/// taken to stay executable: the facilitator refuses one whose
+/// `max_block_height` is more than `maxTimeoutSeconds` blocks ahead, and
+/// NEAR makes about one block a second (faster on mainnet); this covers
+/// blocks coming at half that pace.
+const NEAR_BLOCK_TIME_SLACK: u64 = 2;
+
 /// What a payment claims: a key naming the authorization, and when the
 /// claim may be forgotten.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -38,8 +46,10 @@ pub struct ClaimKey {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClaimKeyError {
-    /// This crate does not know how to name this kind of payment (a network
-    /// family or payload shape it does not handle).
+    /// Nothing names this payment: its scheme payload is not a non-empty
+    /// JSON object, or it is of a kind keyed only by the
+    /// [digest fallback](super#every-network) and the guard turned that
+    /// off ([`ReplayGuard::digest_fallback`](super::ReplayGuard::digest_fallback)).
     #[error("no replay claim key for payments of scheme {scheme:?} on {network:?}")]
     Unsupported {
         /// The scheme paid with.
@@ -56,6 +66,9 @@ pub enum ClaimKeyError {
     /// A Solana payment whose transaction cannot be read.
     #[error("Solana payment transaction cannot be read")]
     InvalidSvmTransaction(#[source] SvmError),
+    /// A NEAR payment whose `signedDelegateAction` cannot be read.
+    #[error("NEAR payment payload cannot be read")]
+    InvalidNearPayload(#[source] near::NearPayloadError),
     /// The requirement's `asset` is not an EVM address.
     #[error("requirement asset {0:?} is not an EVM address")]
     InvalidAsset(String),
@@ -75,6 +88,7 @@ impl ClaimKeyError {
             Self::InvalidEvmPayload(_)
             | Self::InvalidSvmPayload(_)
             | Self::InvalidSvmTransaction(_)
+            | Self::InvalidNearPayload(_)
             | Self::InvalidAsset(_) => "invalid_payload",
         }
     }
@@ -101,6 +115,8 @@ pub fn claim_key(
 /// | EIP-3009 (`authorization`) | `x402:{network}:{asset}:{from}:{nonce}`, lowercase hex | `validBefore` |
 /// | Permit2 (`permit2Authorization`) | `x402:{network}:permit2:{from}:{nonce in decimal}` | `deadline` |
 /// | Solana (`transaction`) | `x402:{network}:{sha256 of the message, hex}` | now + `maxTimeoutSeconds` |
+/// | NEAR (`signedDelegateAction`, NEP-366) | `x402:{network}:{sender_id}:{public key}:{nonce}` | now + 2 × `maxTimeoutSeconds` |
+/// | anything else (`near:*` excepted) | `x402:{network}:digest:{sha256 of the canonical payload}` | now + `maxTimeoutSeconds` |
 ///
 /// The Solana key hashes the transaction's message only, so the fee payer's
 /// signature slot does not change it. A Solana transfer lapses with its
@@ -108,21 +124,54 @@ pub fn claim_key(
 /// [`MIN_CLAIM_LIFETIME`]; the seller's `maxTimeoutSeconds` is honoured when
 /// it is longer.
 ///
+/// The NEAR key is the access key nonce the delegate action consumes (its
+/// public key written `ed25519:<base58>`): one nonce executes once on chain,
+/// so every encoding of it is one claim. The facilitator refuses an action
+/// whose `max_block_height` is more than `maxTimeoutSeconds` blocks ahead;
+/// at one block a second or faster it is dead within that, and twice that
+/// covers blocks at half speed.
+///
+/// Every other payment (another network family, or an EVM payload of a
+/// shape this crate does not read) is keyed by the digest of its payload;
+/// see [the module docs](super#every-network) for what that catches and
+/// what it does not.
+///
 /// The claim is kept until [`CLAIM_GRACE`] after that, and for at least
 /// [`MIN_CLAIM_LIFETIME`]. An authorization valid for more than
 /// [`MAX_AUTHORIZATION_LIFETIME`] from `now` is refused with
-/// [`ClaimKeyError::LifetimeTooLong`]. Payments on other networks, or EVM
-/// payloads of another shape, are [`ClaimKeyError::Unsupported`].
+/// [`ClaimKeyError::LifetimeTooLong`]. A payload that is not a non-empty
+/// JSON object is [`ClaimKeyError::Unsupported`].
 pub fn claim_key_at(
     payload: &PaymentPayload,
     requirements: &PaymentRequirements,
     network_caip2: &str,
     now: SystemTime,
 ) -> Result<ClaimKey, ClaimKeyError> {
+    derive(payload, requirements, network_caip2, now, true)
+}
+
+/// [`claim_key_at`], with the digest fallback on or off: off, the payments
+/// it would key are [`ClaimKeyError::Unsupported`].
+pub(crate) fn derive(
+    payload: &PaymentPayload,
+    requirements: &PaymentRequirements,
+    network_caip2: &str,
+    now: SystemTime,
+    digest_fallback: bool,
+) -> Result<ClaimKey, ClaimKeyError> {
     let now_secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let timeout = requirements.max_timeout_seconds();
     let unsupported = || ClaimKeyError::Unsupported {
         scheme: payload.scheme().to_owned(),
         network: network_caip2.to_owned(),
+    };
+    let digest = || {
+        if !digest_fallback {
+            return Err(unsupported());
+        }
+        let key = digest::digest_key(network_caip2, payload.scheme(), payload.payload())
+            .ok_or_else(unsupported)?;
+        Ok((key, now_secs.checked_add(timeout)))
     };
     // `None`: valid "forever" (beyond u64 seconds).
     let (key, valid_until): (String, Option<u64>) = match network::family(network_caip2) {
@@ -130,7 +179,7 @@ pub fn claim_key_at(
             let evm = match EvmPayload::from_value(payload.payload()) {
                 Ok(evm) => evm,
                 // A shape this crate does not know (a new transfer method).
-                Err(EvmPayloadError::MissingAuthorization) => return Err(unsupported()),
+                Err(EvmPayloadError::MissingAuthorization) => return finish(digest()?, now_secs),
                 Err(e) => return Err(ClaimKeyError::InvalidEvmPayload(e)),
             };
             match &evm {
@@ -155,14 +204,29 @@ pub fn claim_key_at(
             let key = svm
                 .claim_key(network_caip2)
                 .map_err(ClaimKeyError::InvalidSvmTransaction)?;
+            (key, now_secs.checked_add(timeout))
+        }
+        _ if network_caip2.starts_with("near:") => {
+            let delegate =
+                near::delegate_key(payload.payload()).map_err(ClaimKeyError::InvalidNearPayload)?;
             (
-                key,
-                now_secs.checked_add(requirements.max_timeout_seconds()),
+                delegate.claim_key(network_caip2),
+                timeout
+                    .checked_mul(NEAR_BLOCK_TIME_SLACK)
+                    .and_then(|t| now_secs.checked_add(t)),
             )
         }
-        _ => return Err(unsupported()),
+        _ => digest()?,
     };
+    finish((key, valid_until), now_secs)
+}
 
+/// The claim of `key`, authorization valid until `valid_until` (`None`:
+/// beyond u64 seconds), as of `now_secs`.
+fn finish(
+    (key, valid_until): (String, Option<u64>),
+    now_secs: u64,
+) -> Result<ClaimKey, ClaimKeyError> {
     let valid_until = valid_until
         .filter(|&t| t <= now_secs.saturating_add(MAX_AUTHORIZATION_LIFETIME.as_secs()))
         .ok_or(ClaimKeyError::LifetimeTooLong)?;

@@ -12,16 +12,46 @@
 //! |---|---|
 //! | first copy of an authorization | claimed; the handler runs |
 //! | a copy of a claimed authorization | 402 `payment_replayed` |
-//! | a payment this crate cannot key (unknown network or payload) | 402 `claim_unsupported`, unless [allowed](ReplayGuard::allow_unclaimable) |
+//! | a payment on a network whose replay primitive this crate does not read | claimed by the [digest of its payload](#every-network) |
+//! | a payment nothing names (its payload is no non-empty object; or the [digest fallback](ReplayGuard::digest_fallback) is off and it would need it) | 402 `claim_unsupported`, unless [allowed](ReplayGuard::allow_unclaimable) |
 //! | a payload that cannot be read (the facilitator accepted it; this crate cannot) | 402 `invalid_payload` |
 //! | an authorization valid for more than 366 days | 402 `authorization_lifetime_too_long` |
 //! | the store errors, or misses the [deadline](ReplayGuard::deadline) | 503 `claim_unavailable` with `Retry-After` |
 //! | the handler fails (≥ 400), is aborted, or a later hook refuses | the claim is released |
 //! | a settlement was attempted | the claim is kept until it expires |
 //!
-//! Keys and lifetimes are described on [`claim_key`]. Two stores ship with
+//! Keys and lifetimes are described on [`claim_key_at`]. Two stores ship with
 //! the crate: [`MemoryClaimStore`] (one process; the default) and
 //! `RedisClaimStore` (feature `redis`; shared by every instance).
+//!
+//! # Every network
+//!
+//! EVM (EIP-3009 and Permit2), Solana and NEAR payments are keyed by what
+//! their chain spends once: the authorization's nonce, the transaction's
+//! message, the delegate action's access key nonce. Every other payment
+//! that the facilitator accepted (Aptos, Stellar, Sui, TON, an EVM
+//! transfer method this crate does not read, ...) is keyed by a **digest
+//! of its payload**: `x402:{network}:digest:{sha256}` over the scheme and
+//! the payload's canonical JSON (keys sorted, no whitespace), kept for
+//! `maxTimeoutSeconds` + 60 s and at least 900 s.
+//!
+//! The limit, stated: only copies are caught, byte for byte after
+//! canonicalisation. A payer who signs the same replay primitive (nonce,
+//! sequence number) into two different payloads makes two keys; the chain
+//! settles one of them, so the second handler's response is withheld (a
+//! route that settles after its handler) or the handler does not run (one
+//! that settles first), but on an after-handler route its handler has run.
+//! A payload that stays valid longer than the claim (a Sui transaction
+//! lives until its epoch ends, an Algorand one up to 1000 rounds) can be
+//! presented again once the claim has expired; by then it has settled, and
+//! the facilitator's verify refuses what the chain has spent. Routes that
+//! sell on such networks should set `maxTimeoutSeconds` to the payload's
+//! real lifetime.
+//!
+//! `claim_unsupported` is left for payments nothing names: a scheme payload
+//! that is not a non-empty JSON object, and, when the guard's
+//! [`digest_fallback`](ReplayGuard::digest_fallback) is turned off, every
+//! payment that would need the digest.
 //!
 //! # Writing a store
 //!
@@ -91,9 +121,11 @@ use std::{
 
 use async_trait::async_trait;
 
+mod digest;
 mod guard;
 mod key;
 mod memory;
+mod near;
 #[cfg(feature = "redis")]
 mod redis;
 #[cfg(test)]
@@ -107,6 +139,7 @@ pub use key::{
     MIN_CLAIM_LIFETIME,
 };
 pub use memory::MemoryClaimStore;
+pub use near::NearPayloadError;
 
 /// The outcome of [`ClaimStore::claim`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

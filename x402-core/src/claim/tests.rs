@@ -344,12 +344,58 @@ fn svm_lifetime_honours_long_timeouts() {
 }
 
 #[test]
-fn malformed_and_unknown_payloads_have_no_key() {
-    // Another network family.
-    let stellar = v2("stellar:testnet", "USDC", json!({"anything": 1}));
-    let err = key_of(&stellar, "stellar:testnet").unwrap_err();
-    assert!(matches!(err, ClaimKeyError::Unsupported { .. }), "{err:?}");
-    assert_eq!(err.reason(), "claim_unsupported");
+fn other_networks_and_unknown_evm_shapes_are_keyed_by_digest() {
+    // Another network family: a digest of the scheme and the canonical
+    // payload (was `claim_unsupported` before every network was guarded).
+    let stellar = v2(
+        "stellar:testnet",
+        "USDC",
+        json!({"transaction": "AAAA", "n": 1}),
+    );
+    let key = key_of(&stellar, "stellar:testnet").unwrap();
+    assert!(
+        key.key.starts_with("x402:stellar:testnet:digest:"),
+        "{}",
+        key.key
+    );
+    assert_eq!(key.key.len(), "x402:stellar:testnet:digest:".len() + 64);
+    // Kept for maxTimeoutSeconds (60) + grace, at least 900 s.
+    assert_eq!(key.expires_at, at(NOW + 900));
+
+    // Key order and whitespace do not matter: a re-encoded copy is a copy.
+    let reordered: Value = serde_json::from_str(r#"{ "n" : 1, "transaction" : "AAAA" }"#).unwrap();
+    let copy = v2("stellar:testnet", "USDC", reordered);
+    assert_eq!(key_of(&copy, "stellar:testnet").unwrap().key, key.key);
+    // Anything else does: another value, network or scheme.
+    let other = v2(
+        "stellar:testnet",
+        "USDC",
+        json!({"transaction": "AAAB", "n": 1}),
+    );
+    assert_ne!(key_of(&other, "stellar:testnet").unwrap().key, key.key);
+    assert_ne!(key_of(&stellar, "stellar:pubnet").unwrap().key, key.key);
+    let mut scheme = requirements_v2("stellar:testnet", "USDC");
+    scheme["scheme"] = json!("other");
+    let mut payment = json!({"x402Version": 2, "accepted": scheme});
+    payment["payload"] = json!({"transaction": "AAAA", "n": 1});
+    let payment = PaymentPayload::from_value(payment).unwrap();
+    let req = PaymentRequirements::V2(serde_json::from_value(scheme).unwrap());
+    assert_ne!(
+        key_of(&(payment, req), "stellar:testnet").unwrap().key,
+        key.key
+    );
+
+    // A long maxTimeoutSeconds is honoured.
+    let mut long = requirements_v2("aptos:2", "0x1::usdc");
+    long["maxTimeoutSeconds"] = json!(3600);
+    let mut payment = json!({"x402Version": 2, "accepted": long});
+    payment["payload"] = json!({"transaction": "0x01"});
+    let payment = PaymentPayload::from_value(payment).unwrap();
+    let req = PaymentRequirements::V2(serde_json::from_value(long).unwrap());
+    assert_eq!(
+        key_of(&(payment, req), "aptos:2").unwrap().expires_at,
+        at(NOW + 3600 + 60)
+    );
 
     // An EVM payload of an unknown shape.
     let unknown = v2(
@@ -357,10 +403,102 @@ fn malformed_and_unknown_payloads_have_no_key() {
         ASSET,
         json!({"signature": SIGNATURE, "newMethod": {}}),
     );
-    let err = key_of(&unknown, NETWORK).unwrap_err();
-    assert!(matches!(err, ClaimKeyError::Unsupported { .. }), "{err:?}");
+    let key = key_of(&unknown, NETWORK).unwrap();
+    assert!(
+        key.key.starts_with("x402:eip155:84532:digest:"),
+        "{}",
+        key.key
+    );
 
-    // Malformed payloads.
+    // Without the fallback, both have no key.
+    for (pair, network) in [(&stellar, "stellar:testnet"), (&unknown, NETWORK)] {
+        let err = key::derive(&pair.0, &pair.1, network, now(), false).unwrap_err();
+        assert!(matches!(err, ClaimKeyError::Unsupported { .. }), "{err:?}");
+        assert_eq!(err.reason(), "claim_unsupported");
+    }
+}
+
+#[test]
+fn payloads_that_name_nothing_are_unsupported() {
+    for payload in [json!({}), json!(null), json!("x"), json!([1])] {
+        let pair = v2("stellar:testnet", "USDC", payload.clone());
+        let err = key_of(&pair, "stellar:testnet").unwrap_err();
+        assert!(
+            matches!(err, ClaimKeyError::Unsupported { .. }),
+            "{payload}: {err:?}"
+        );
+        assert_eq!(err.reason(), "claim_unsupported");
+    }
+}
+
+#[test]
+fn near_payloads_are_keyed_by_sender_key_and_nonce() {
+    // A delegate action built by hand (the signed vector and its generator
+    // are in tests/near_vector.rs): alice.testnet, one Transfer, nonce 7.
+    fn borsh_string(out: &mut Vec<u8>, s: &str) {
+        out.extend((s.len() as u32).to_le_bytes());
+        out.extend(s.as_bytes());
+    }
+    let delegate = |nonce: u64, tail: &[u8]| {
+        let mut b = Vec::new();
+        borsh_string(&mut b, "alice.testnet");
+        borsh_string(&mut b, "usdc.testnet");
+        b.extend(1u32.to_le_bytes());
+        b.push(3); // Transfer
+        b.extend(1u128.to_le_bytes());
+        b.extend(nonce.to_le_bytes());
+        b.extend(1060u64.to_le_bytes());
+        b.push(0);
+        b.extend([0u8; 32]); // the all-zero ed25519 key: "1111…1" in base58
+        b.push(0);
+        b.extend([9u8; 64]);
+        b.extend(tail);
+        STANDARD.encode(b)
+    };
+    let pair = |text: String| {
+        v2(
+            "near:testnet",
+            "usdc.testnet",
+            json!({"signedDelegateAction": text}),
+        )
+    };
+    let key = key_of(&pair(delegate(7, &[])), "near:testnet").unwrap();
+    assert_eq!(
+        key.key,
+        format!(
+            "x402:near:testnet:alice.testnet:ed25519:{}:7",
+            "1".repeat(32)
+        )
+    );
+    // 2 × maxTimeoutSeconds (60) + grace, at least 900 s.
+    assert_eq!(key.expires_at, at(NOW + 900));
+
+    for (payload, expected) in [
+        (json!({}), near::NearPayloadError::MissingSignedDelegate),
+        (
+            json!({"signedDelegateAction": "%%"}),
+            near::NearPayloadError::Base64,
+        ),
+        (
+            json!({"signedDelegateAction": "AAAA"}),
+            near::NearPayloadError::Truncated,
+        ),
+        (
+            json!({"signedDelegateAction": delegate(7, &[1, 2])}),
+            near::NearPayloadError::TrailingBytes(2),
+        ),
+    ] {
+        let err = key_of(&v2("near:testnet", "usdc.testnet", payload), "near:testnet").unwrap_err();
+        assert_eq!(err.reason(), "invalid_payload");
+        match err {
+            ClaimKeyError::InvalidNearPayload(e) => assert_eq!(e, expected),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn malformed_payloads_have_no_key() {
     let mut bad = eip3009(FROM, NONCE, NOW + 60);
     bad["authorization"]["nonce"] = json!("not hex");
     let err = key_of(&v2(NETWORK, ASSET, bad), NETWORK).unwrap_err();

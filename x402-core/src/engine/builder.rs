@@ -22,6 +22,7 @@ pub struct EngineBuilder {
     rate_limit: Option<crate::limit::RateLimit>,
     payment_ids: crate::payment_id::PaymentIdentifiers,
     sign_in: crate::siwx::SignInConfig,
+    pending_retry: PendingRetry,
 }
 
 impl fmt::Debug for EngineBuilder {
@@ -172,6 +173,15 @@ impl EngineBuilder {
     /// with 503 `session_unavailable` (default 250 ms).
     pub fn session_deadline(mut self, deadline: Duration) -> Self {
         self.session_deadline = deadline;
+        self
+    }
+
+    /// How a facilitator's `settlement_pending` answer is retried (default
+    /// upstream's: once, at once; see [`PendingRetry`]). A settlement still
+    /// pending after that is answered `502 settlement_unknown`, the payment
+    /// kept claimed.
+    pub fn settlement_pending_retry(mut self, retry: PendingRetry) -> Self {
+        self.pending_retry = retry;
         self
     }
 
@@ -392,6 +402,7 @@ impl EngineBuilder {
                 price_floors: self.price_floors,
                 payment_ids: self.payment_ids,
                 sign_in: self.sign_in,
+                pending_retry: self.pending_retry,
             }),
         })
     }
@@ -422,6 +433,7 @@ impl Engine {
             rate_limit: None,
             payment_ids: crate::payment_id::PaymentIdentifiers::memory(),
             sign_in: crate::siwx::SignInConfig::new(),
+            pending_retry: PendingRetry::default(),
         }
     }
 }

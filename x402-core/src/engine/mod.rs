@@ -85,6 +85,7 @@ mod hook_list;
 mod matching;
 mod origin;
 mod paid;
+mod pending;
 mod precheck;
 mod readiness;
 mod resolve;
@@ -100,6 +101,7 @@ pub use self::builder::{ConfigError, EngineBuilder};
 pub use self::drive::{Now, Pending, Processing};
 pub use self::guard::{BoundRoute, Guard};
 pub use self::paid::{Completion, PaidRequest, Reply};
+pub use self::pending::{PendingRetry, SETTLEMENT_PENDING};
 pub use self::resolve::OfferError;
 use self::resolve::ResolvedOffer;
 pub(crate) use self::response::expose as expose_headers;
@@ -145,6 +147,8 @@ struct Inner {
     payment_ids: crate::payment_id::PaymentIdentifiers,
     /// Sign-in-with-x's store and nonce key ([`EngineBuilder::sign_in_with_x`]).
     sign_in: crate::siwx::SignInConfig,
+    /// [`EngineBuilder::settlement_pending_retry`].
+    pending_retry: PendingRetry,
 }
 
 impl fmt::Debug for Engine {

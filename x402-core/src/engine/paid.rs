@@ -562,19 +562,11 @@ impl Settlement {
                 scheme = %settle_request.payment_requirements.scheme(),
                 payer = self.payment.payer.as_deref(),
             );
-            let timer = crate::metrics::FacilitatorTimer::start();
             let answer = self
                 .engine
-                .inner
-                .facilitator
-                .settle(&settle_request)
+                .settle_with_pending_retry(&settle_request)
                 .instrument(span)
                 .await;
-            self.engine
-                .inner
-                .series
-                .facilitator_call(timer, crate::metrics::FacilitatorOp::Settle);
-            self.engine.inner.observed.record(&answer);
             match answer {
                 Ok(r) => Ok(r),
                 Err(error) => {

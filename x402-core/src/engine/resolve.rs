@@ -8,7 +8,7 @@ use crate::{
     money::PriceError,
     network::{self, Family, TransferMethod},
     proto::{v2, JsonObject, SupportedResponse, X402Version},
-    route::{Offer, UPTO},
+    route::{Offer, SettlementTiming, EXACT, UPTO},
 };
 
 /// Why an offer cannot become a requirement.
@@ -150,4 +150,27 @@ pub(crate) fn resolve_offer(
         }),
         decimals,
     })
+}
+
+/// The `extra` key naming a requirement's payment flow (upstream
+/// `PaymentFlowName`: `authorization`, `upfront`, `escrow`).
+pub(crate) const PAYMENT_FLOW: &str = "paymentFlow";
+
+/// Announces the payment flow of a route's `exact` requirements the way
+/// upstream's resource server does (`@x402/core` 2.27
+/// `applyPaymentFlowWireExtra`): routes that settle before their handler
+/// are `extra.paymentFlow: "upfront"` (settle, then the resource); the
+/// default, `authorization` (verify, the resource, then settle), is left
+/// unsaid, as upstream omits it on the wire. A `paymentFlow` the offer sets
+/// itself is kept.
+pub(crate) fn announce_flow(mut offer: ResolvedOffer, timing: SettlementTiming) -> ResolvedOffer {
+    if timing == SettlementTiming::BeforeHandler
+        && offer.requirements.scheme == EXACT
+        && !offer.requirements.extra.contains_key(PAYMENT_FLOW)
+    {
+        Arc::make_mut(&mut offer.requirements)
+            .extra
+            .insert(PAYMENT_FLOW.into(), Value::String("upfront".into()));
+    }
+    offer
 }

@@ -134,7 +134,9 @@ pub(super) fn resolve_all(
 ) -> Result<Vec<ResolvedOffer>, ConfigError> {
     offers
         .iter()
-        .map(|o| resolve::resolve_offer(o, supported))
+        .map(|o| {
+            resolve::resolve_offer(o, supported).map(|r| resolve::announce_flow(r, route.timing))
+        })
         .collect::<Result<Vec<_>, _>>()
         .map_err(|source| ConfigError::Offer {
             route: route.pattern().to_owned(),

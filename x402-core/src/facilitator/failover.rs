@@ -145,7 +145,10 @@ impl FacilitatorError {
             Self::Unrouted { .. } => true,
             Self::Transport(source) => connect_failure(&**source),
             Self::Other(other) => other.0.downcast_ref::<FailoverError>().is_some(),
-            Self::Timeout | Self::Status { .. } | Self::Malformed(_) => false,
+            Self::Timeout
+            | Self::Status { .. }
+            | Self::Malformed(_)
+            | Self::SettlementPending { .. } => false,
         }
     }
 }

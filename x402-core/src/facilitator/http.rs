@@ -34,6 +34,8 @@ const MAX_BODY_BYTES: usize = 1 << 20;
 const MAX_LOG_MESSAGE_CHARS: usize = 200;
 /// The longest reason code taken from an `error` field.
 const MAX_REASON_CODE_LEN: usize = 100;
+/// The facilitator's extension outcomes, base64 JSON keyed by extension.
+const EXTENSION_RESPONSES: &str = "extension-responses";
 /// The `extra` keys that name a facilitator-chosen signer.
 const SIGNER_KEYS: [&str; 2] = ["feePayer", "facilitatorAddress"];
 
@@ -254,6 +256,7 @@ impl HttpFacilitator {
                     status: answer.status,
                     body: answer.body,
                     truncated: answer.truncated,
+                    extension_responses: answer.extension_responses,
                 })
             };
             return match tokio::time::timeout(inner.timeout, exchange).await {
@@ -277,6 +280,7 @@ impl HttpFacilitator {
             }
             let response = request.send().await.map_err(transport_error)?;
             let status = response.status();
+            let extension_responses = response.headers().get(EXTENSION_RESPONSES).cloned();
             let body = read_capped(response, MAX_BODY_BYTES)
                 .await
                 .map_err(transport_error)?;
@@ -284,6 +288,7 @@ impl HttpFacilitator {
                 status,
                 body: body.0,
                 truncated: body.1,
+                extension_responses,
             })
         };
         match tokio::time::timeout(inner.timeout, exchange).await {
@@ -305,7 +310,11 @@ impl Facilitator for HttpFacilitator {
         request: &FacilitatorRequest,
     ) -> Result<VerifyResponse, FacilitatorError> {
         let reply = self.call(Endpoint::Verify, Some(request)).await?;
-        verify_reply(&reply)
+        let verdict = verify_reply(&reply)?;
+        // A verdict's sidechannel is logged only; the settlement's reaches
+        // the hooks (`SettleResponse::extension_responses`).
+        let _ = sidechannel::read(Endpoint::Verify, &reply);
+        Ok(verdict)
     }
 
     async fn settle(
@@ -313,7 +322,9 @@ impl Facilitator for HttpFacilitator {
         request: &FacilitatorRequest,
     ) -> Result<SettleResponse, FacilitatorError> {
         let reply = self.call(Endpoint::Settle, Some(request)).await?;
-        settle_reply(&reply, request.payment_requirements.network())
+        let mut answer = settle_reply(&reply, request.payment_requirements.network())?;
+        answer.extension_responses = sidechannel::read(Endpoint::Settle, &reply);
+        Ok(answer)
     }
 
     /// The facilitator's `/supported` answer, cached for the TTL.
@@ -607,6 +618,7 @@ fn transport_error(error: reqwest::Error) -> FacilitatorError {
 }
 
 mod reply;
+mod sidechannel;
 mod transport;
 use reply::{settle_reply, stabilize_extras, supported_reply, verify_reply, Reply};
 use transport::Transport;

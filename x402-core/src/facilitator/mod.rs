@@ -216,6 +216,7 @@ impl FacilitatorError {
             Self::Status { .. } => FacilitatorErrorKind::Status,
             Self::Malformed(_) => FacilitatorErrorKind::Malformed,
             Self::Unrouted { .. } => FacilitatorErrorKind::Unrouted,
+            Self::SettlementPending { .. } => FacilitatorErrorKind::SettlementPending,
             Self::Other(_) => FacilitatorErrorKind::Other,
         }
     }
@@ -237,6 +238,8 @@ pub enum FacilitatorErrorKind {
     Malformed,
     /// [`FacilitatorError::Unrouted`].
     Unrouted,
+    /// [`FacilitatorError::SettlementPending`].
+    SettlementPending,
     /// [`FacilitatorError::Other`].
     Other,
 }
@@ -270,6 +273,18 @@ pub enum FacilitatorError {
         scheme: String,
         /// The network.
         network: String,
+    },
+    /// The facilitator broadcast the settlement but still answered
+    /// `settlement_pending` after the engine's retries
+    /// ([`PendingRetry`](crate::engine::PendingRetry)): the outcome is
+    /// unknown, the transaction may yet land.
+    #[error("settlement still pending after {attempts} attempts (transaction {transaction:?})")]
+    SettlementPending {
+        /// The broadcast transaction, as the facilitator named it (may be
+        /// empty).
+        transaction: String,
+        /// How many settle calls were made.
+        attempts: u32,
     },
     /// Anything else, from a custom facilitator.
     #[error(transparent)]

@@ -463,6 +463,14 @@ pub struct SettleResponse {
     /// Scheme-specific extra data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra: Option<JsonObject>,
+    /// The facilitator's extension outcomes from its `EXTENSION-RESPONSES`
+    /// header (base64 JSON keyed by extension), for the seller's hooks
+    /// only. Never serialised: the receipt the buyer gets
+    /// (`PAYMENT-RESPONSE`) carries [`extensions`](Self::extensions), never
+    /// this (upstream `bazaar.md`, "Verify and Settlement Response
+    /// Sidechannel").
+    #[serde(skip)]
+    pub extension_responses: Option<Box<JsonObject>>,
 }
 
 impl SettleResponse {

@@ -227,7 +227,7 @@ proptest! {
         assert_identity(&SettleResponse {
             success, error_reason: reason.clone(), error_message: None, payer: Some("0xabc".into()),
             transaction: tx, network: url, amount: amount.map(crate::money::AtomicAmount::from),
-            extensions: None, extra: None,
+            extensions: None, extra: None, extension_responses: None,
         });
         assert_identity(&VerifyResponse { is_valid: valid, invalid_reason: reason, ..VerifyResponse::default() });
     }

@@ -17,7 +17,7 @@ const DIGITS: [u8; 128] = {
 };
 
 /// `bytes` in base58.
-pub(super) fn encode(bytes: &[u8]) -> String {
+pub(crate) fn encode(bytes: &[u8]) -> String {
     let zeros = bytes.iter().take_while(|&&b| b == 0).count();
     // Base-58 digits, least significant first.
     let mut digits: Vec<u8> = Vec::with_capacity(bytes.len() * 138 / 100 + 1);

@@ -100,7 +100,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
 mod address;
-mod base58;
+pub(crate) mod base58;
 #[cfg(feature = "svm-rpc")]
 mod receiving;
 

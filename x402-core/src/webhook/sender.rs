@@ -310,7 +310,9 @@ impl Webhooks {
     }
 
     /// Payment hooks that enqueue `payment.settled`,
-    /// `payment.settlement_failed` and `payment.settlement_unknown`.
+    /// `payment.settlement_failed` and `payment.settlement_unknown` (its
+    /// `errorReason` `facilitator_timeout`, `facilitator_unavailable`, or
+    /// `settlement_pending` with the broadcast `transaction`).
     pub fn hooks(&self) -> WebhookHooks {
         WebhookHooks {
             webhooks: self.clone(),
@@ -591,6 +593,12 @@ impl PaymentHooks for WebhookHooks {
         data.error_reason = Some(
             match error {
                 FacilitatorError::Timeout => "facilitator_timeout",
+                FacilitatorError::SettlementPending { transaction, .. } => {
+                    // Broadcast, not final: the event names the transaction
+                    // to reconcile.
+                    data.transaction.clone_from(transaction);
+                    crate::engine::SETTLEMENT_PENDING
+                }
                 _ => "facilitator_unavailable",
             }
             .to_owned(),

@@ -208,6 +208,7 @@ pub(crate) async fn paid(State(seller): State<Seller>, headers: HeaderMap) -> Re
         amount: None,
         extensions: None,
         extra: None,
+        extension_responses: None,
     };
     let receipt_header = match version {
         X402Version::V1 => codec::X_PAYMENT_RESPONSE,

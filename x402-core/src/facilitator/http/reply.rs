@@ -18,6 +18,8 @@ pub(super) struct Reply {
     pub(super) body: Vec<u8>,
     /// The body was longer than [`MAX_BODY_BYTES`] and was cut.
     pub(super) truncated: bool,
+    /// The `EXTENSION-RESPONSES` header, if any.
+    pub(super) extension_responses: Option<http::HeaderValue>,
 }
 
 impl Reply {

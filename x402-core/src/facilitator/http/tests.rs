@@ -7,6 +7,7 @@ fn reply(status: u16, body: &str) -> Reply {
         status: StatusCode::from_u16(status).unwrap(),
         body: body.as_bytes().to_vec(),
         truncated: false,
+        extension_responses: None,
     }
 }
 
@@ -154,4 +155,21 @@ fn messages_are_truncated() {
         panic!("expected a status error");
     };
     assert_eq!(m.chars().count(), MAX_LOG_MESSAGE_CHARS + 1);
+}
+
+#[test]
+fn extension_responses_are_read_when_they_are_a_base64_json_object() {
+    let mut r = reply(200, "{}");
+    assert_eq!(sidechannel::read(Endpoint::Settle, &r), None);
+    // base64 of {"bazaar":{"status":"success"}}, the example of bazaar.md.
+    r.extension_responses = Some(http::HeaderValue::from_static(
+        "eyJiYXphYXIiOnsic3RhdHVzIjoic3VjY2VzcyJ9fQ==",
+    ));
+    let read = sidechannel::read(Endpoint::Settle, &r).unwrap();
+    assert_eq!(read["bazaar"]["status"], "success");
+    // Not base64, not JSON, not an object: ignored (logged), never an error.
+    for bad in ["%%%", "bm90IGpzb24=", "WzFd"] {
+        r.extension_responses = Some(http::HeaderValue::from_static(bad));
+        assert_eq!(sidechannel::read(Endpoint::Settle, &r), None, "{bad}");
+    }
 }

@@ -95,11 +95,12 @@ impl StdError for TransportError {
     }
 }
 
-/// The answer: status and body, cut at the cap.
+/// The answer: status, body cut at the cap, and `EXTENSION-RESPONSES`.
 pub(crate) struct Answer {
     pub(crate) status: StatusCode,
     pub(crate) body: Vec<u8>,
     pub(crate) truncated: bool,
+    pub(crate) extension_responses: Option<http::HeaderValue>,
 }
 
 /// Where and how to connect, fixed per client.
@@ -371,6 +372,7 @@ async fn exchange(
         Err(error) => return Err(Failure::Failed(error)),
     };
     let status = response.status();
+    let extension_responses = response.headers().get(super::EXTENSION_RESPONSES).cloned();
     let mut body = response.into_body();
     let mut out = Vec::with_capacity(
         body.size_hint()
@@ -392,6 +394,7 @@ async fn exchange(
                             status,
                             body: out,
                             truncated: true,
+                            extension_responses,
                         });
                     }
                     out.extend_from_slice(&data);
@@ -405,6 +408,7 @@ async fn exchange(
         status,
         body: out,
         truncated: false,
+        extension_responses,
     })
 }
 
