@@ -6,6 +6,8 @@
 //   contracts/TestUSDC.sol    -> TestUSDC.json
 //   contracts/TestPermit2.sol -> TestPermit2.json, TestX402UptoPermit2Proxy.json,
 //                                TestX402ExactPermit2Proxy.json
+//   contracts/TestBatchSettlement.sol -> TestBatchSettlement.json,
+//                                TestErc3009DepositCollector.json, TestMulticall3.json
 //
 // Usage: node contracts/compile.mjs        (or: npm run compile)
 //
@@ -26,6 +28,10 @@ const targets = [
   {
     sourceFile: "TestPermit2.sol",
     contracts: ["TestPermit2", "TestX402UptoPermit2Proxy", "TestX402ExactPermit2Proxy"],
+  },
+  {
+    sourceFile: "TestBatchSettlement.sol",
+    contracts: ["TestBatchSettlement", "TestErc3009DepositCollector", "TestMulticall3"],
   },
 ];
 
