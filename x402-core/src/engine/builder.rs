@@ -20,6 +20,7 @@ pub struct EngineBuilder {
     origin: Result<Origin, ConfigError>,
     price_floors: PriceFloors,
     rate_limit: Option<crate::limit::RateLimit>,
+    batch: crate::batch::BatchSettlement,
 }
 
 impl fmt::Debug for EngineBuilder {
@@ -139,6 +140,13 @@ impl EngineBuilder {
     /// Replaces the browser paywall page.
     pub fn paywall_page(mut self, paywall: impl PaywallPage) -> Self {
         self.paywall = Arc::new(paywall);
+        self
+    }
+
+    /// The [`batch-settlement`](crate::batch) scheme's channel state and
+    /// receiver-authorizer signer (default: channels in memory, no signer).
+    pub fn batch_settlement(mut self, batch: crate::batch::BatchSettlement) -> Self {
+        self.batch = batch;
         self
     }
 
@@ -364,6 +372,7 @@ impl EngineBuilder {
                 observed: Default::default(),
                 limits,
                 price_floors: self.price_floors,
+                batch: self.batch,
             }),
         })
     }
@@ -392,6 +401,7 @@ impl Engine {
             origin: Ok(Origin::Unset),
             price_floors: PriceFloors::default(),
             rate_limit: None,
+            batch: crate::batch::BatchSettlement::default(),
         }
     }
 }
