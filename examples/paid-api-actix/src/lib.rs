@@ -29,7 +29,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use actix_web::{dev::ServerHandle, web, App, HttpResponse, HttpServer};
 use paid_api_common::{
-    close_body, exact_body, health_body, metrics_handle, openapi_info, session_body,
+    batch_body, close_body, exact_body, health_body, metrics_handle, openapi_info, session_body,
     shutdown_signal, upto_body,
 };
 use x402_actix::{Discovery, Payment, PaywallLayer, UsageMeter};
@@ -55,6 +55,7 @@ pub fn routes(config: &mut web::ServiceConfig) {
         .route("/exact/evm/eip3009", web::get().to(exact))
         .route("/upto/evm/permit2", web::get().to(upto))
         .route("/session/demo", web::get().to(session))
+        .route("/batch/evm", web::get().to(batch))
         .route("/health", web::get().to(health))
         .route("/close", web::post().to(close));
 }
@@ -147,6 +148,7 @@ impl Server {
     /// webhooks go out (up to [`SHUTDOWN_GRACE`]).
     pub async fn run(self) -> Result<(), Error> {
         self.server.await?;
+        self.state.stop_claimer();
         self.state.stop_webhooks(SHUTDOWN_GRACE).await;
         Ok(())
     }
@@ -166,6 +168,12 @@ async fn exact(Payment(payment): Payment) -> HttpResponse {
 /// ([`UPTO_CHARGE`]).
 async fn upto(UsageMeter(meter): UsageMeter) -> HttpResponse {
     HttpResponse::Ok().json(upto_body(&meter))
+}
+
+/// `GET /batch/evm`: batch-settlement; reports the call's cost through the
+/// meter and counts the run.
+async fn batch(state: web::Data<AppState>, UsageMeter(meter): UsageMeter) -> HttpResponse {
+    HttpResponse::Ok().json(batch_body(&state, &meter))
 }
 
 /// `GET /session/demo`: paid per call, or redeemed from a prepaid session.

@@ -191,6 +191,8 @@ pub struct Config {
     /// Where settlement webhooks go (`WEBHOOK_URL`) and their secret
     /// (`WEBHOOK_SECRET`, `whsec_...`).
     pub webhook: Option<(String, String)>,
+    /// The `batch-settlement` route (`BATCH_*`).
+    pub batch: crate::BatchConfig,
 }
 
 impl std::fmt::Debug for Config {
@@ -221,6 +223,7 @@ impl std::fmt::Debug for Config {
                     .as_ref()
                     .map(|(url, _)| (redact_url(url), "<redacted>")),
             )
+            .field("batch", &self.batch)
             .finish()
     }
 }
@@ -246,6 +249,7 @@ impl Config {
             redis_url: None,
             redis_cluster_urls: Vec::new(),
             webhook: None,
+            batch: crate::BatchConfig::default(),
         }
     }
 
@@ -270,7 +274,13 @@ impl Config {
     ///   webhook outbox, shared by every instance; or `REDIS_CLUSTER_URLS`
     ///   (`redis://host:port,redis://host:port,...`): a Redis Cluster for the
     ///   same (unset: in-memory stores, one process);
-    /// - `WEBHOOK_URL` + `WEBHOOK_SECRET`.
+    /// - `WEBHOOK_URL` + `WEBHOOK_SECRET`;
+    /// - the `batch-settlement` route: `BATCH_RECEIVER_AUTHORIZER_KEY`
+    ///   (unset: the facilitator's authorizer signs claims and refunds),
+    ///   `BATCH_WITHDRAW_DELAY` (900), `BATCH_MIN_DEPOSIT` (100 000),
+    ///   `BATCH_CHARGE` (1000), `BATCH_CLAIM_INTERVAL_SECS` (60; 0: no
+    ///   claimer), `BATCH_CLAIM_THRESHOLD`, `BATCH_ESCROW_ADDRESS` (see
+    ///   [`BatchConfig`](crate::BatchConfig)).
     pub fn from_env() -> Result<Self, Error> {
         Self::from_lookup(|name| env::var(name).ok().filter(|v| !v.trim().is_empty()))
     }
@@ -383,6 +393,7 @@ impl Config {
                 ))
             }
         };
+        config.batch = crate::BatchConfig::from_lookup(&var)?;
         Ok(config)
     }
 

@@ -34,8 +34,8 @@ use axum::{
     Json, Router,
 };
 use paid_api_common::{
-    close_body, engine, exact_body, health_body, is_loopback, metrics_handle, openapi_info,
-    session_body, shutdown_signal, upto_body,
+    batch_body, close_body, engine, exact_body, health_body, is_loopback, metrics_handle,
+    openapi_info, session_body, shutdown_signal, upto_body,
 };
 use serde_json::Value;
 use x402_axum::{
@@ -62,6 +62,7 @@ pub async fn app(config: Config) -> Result<(Router, AppState), Error> {
         .route("/exact/evm/eip3009", get(exact))
         .route("/upto/evm/permit2", get(upto))
         .route("/session/demo", get(session))
+        .route("/batch/evm", get(batch))
         .route("/health", get(health))
         .route("/close", post(close))
         .layer(PaywallLayer::new(engine.clone()))
@@ -103,6 +104,7 @@ pub async fn serve(
             }
         })
         .await?;
+    state.stop_claimer();
     state.stop_webhooks(WEBHOOK_GRACE).await;
     Ok(())
 }
@@ -125,6 +127,12 @@ async fn upto(UsageMeter(meter): UsageMeter) -> Json<Value> {
 /// `GET /session/demo`: paid per call, or redeemed from a prepaid session.
 async fn session(Payment(payment): Payment) -> Json<Value> {
     Json(session_body(&payment))
+}
+
+/// `GET /batch/evm`: batch-settlement; reports the call's cost through the
+/// meter and counts the run.
+async fn batch(State(state): State<AppState>, UsageMeter(meter): UsageMeter) -> Json<Value> {
+    Json(batch_body(&state, &meter))
 }
 
 /// `GET /health`: free.
