@@ -280,6 +280,12 @@ impl BatchChain {
         C::abi_decode_returns(&out).unwrap()
     }
 
+    /// Mints `amount` TestUSDC to `who` (e.g. a second buyer for
+    /// [`pay_as`](Self::pay_as); anvil's dev accounts have gas already).
+    pub async fn fund(&self, who: Address, amount: u64) {
+        anvil::mint(&self.deployer, self.token, who, amount).await;
+    }
+
     /// TestUSDC balance of `who`.
     pub async fn balance_of(&self, who: Address) -> U256 {
         anvil::balance_of(&self.deployer, self.token, who).await

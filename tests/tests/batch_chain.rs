@@ -38,6 +38,26 @@ async fn fifty_calls_with_one_deposit_are_claimed_and_settled_exactly() {
     let chain = BatchChain::start().await;
     let server = chain.reference_server(RefServerOptions::default()).await;
     let deposit = PRICE * CALLS as u64;
+    // The facilitator offers batch-settlement (with its receiverAuthorizer)
+    // and exact on the chain.
+    let supported: Value = reqwest::get(format!("{}/supported", chain.facilitator_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        supported["kinds"][0],
+        json!({ "x402Version": 2, "scheme": "batch-settlement", "network": NETWORK,
+                "extra": { "receiverAuthorizer": format!("{}", chain.receiver_authorizer) } }),
+        "{supported}"
+    );
+    assert_eq!(supported["kinds"][1]["scheme"], "exact", "{supported}");
+    assert_eq!(
+        supported["signers"]["eip155:*"],
+        json!([format!("{}", chain.relayer)]),
+        "{supported}"
+    );
     let seller_before = chain.balance_of(chain.seller).await;
     let buyer_before = chain.balance_of(chain.buyer).await;
     assert_eq!(seller_before, U256::ZERO);
