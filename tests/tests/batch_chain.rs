@@ -49,13 +49,13 @@ async fn fifty_calls_with_one_deposit_are_claimed_and_settled_exactly() {
     assert_eq!(
         supported["kinds"][0],
         json!({ "x402Version": 2, "scheme": "batch-settlement", "network": NETWORK,
-                "extra": { "receiverAuthorizer": format!("{}", chain.receiver_authorizer) } }),
+                "extra": { "receiverAuthorizer": chain.receiver_authorizer.to_string() } }),
         "{supported}"
     );
     assert_eq!(supported["kinds"][1]["scheme"], "exact", "{supported}");
     assert_eq!(
         supported["signers"]["eip155:*"],
-        json!([format!("{}", chain.relayer)]),
+        json!([chain.relayer.to_string()]),
         "{supported}"
     );
     let seller_before = chain.balance_of(chain.seller).await;
