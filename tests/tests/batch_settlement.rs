@@ -77,7 +77,11 @@ async fn wait_settled(chain: &BatchChain, amount: u128) -> (u128, u128) {
 fn every_call_paid(pay: &x402_tests::batch_chain::BatchPay, calls: usize) {
     let statuses = pay.statuses();
     assert_eq!(statuses.len(), calls, "{}", pay.json);
-    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}: {}", pay.stderr);
+    assert!(
+        statuses.iter().all(|s| *s == 200),
+        "{statuses:?}: {}",
+        pay.stderr
+    );
 }
 
 fn runs_in_bodies(pay: &x402_tests::batch_chain::BatchPay) -> Vec<u64> {
@@ -99,7 +103,11 @@ async fn fifty_calls(batch: BatchConfig) {
     let before = chain.balance_of(chain.seller).await;
 
     let pay = chain
-        .pay(&format!("{}/batch/evm", seller.base), 50, &["--deposit", "50000", "--record-headers"])
+        .pay(
+            &format!("{}/batch/evm", seller.base),
+            50,
+            &["--deposit", "50000", "--record-headers"],
+        )
         .await;
     pay.assert_ran();
     every_call_paid(&pay, 50);
@@ -113,12 +121,24 @@ async fn fifty_calls(batch: BatchConfig) {
     assert_eq!(last["transaction"], "");
     assert_eq!(last["amount"], "");
     assert_eq!(last["extra"]["chargedAmount"], "1000");
-    assert_eq!(last["extra"]["channelState"]["chargedCumulativeAmount"], "50000");
+    assert_eq!(
+        last["extra"]["channelState"]["chargedCumulativeAmount"],
+        "50000"
+    );
     // Only the deposit went to the facilitator: the vouchers were checked
     // in process.
-    assert_eq!(chain.facilitator_calls("verify batch-settlement/deposit"), 1);
-    assert_eq!(chain.facilitator_calls("settle batch-settlement/deposit"), 1);
-    assert_eq!(chain.facilitator_calls("verify batch-settlement/voucher"), 0);
+    assert_eq!(
+        chain.facilitator_calls("verify batch-settlement/deposit"),
+        1
+    );
+    assert_eq!(
+        chain.facilitator_calls("settle batch-settlement/deposit"),
+        1
+    );
+    assert_eq!(
+        chain.facilitator_calls("verify batch-settlement/voucher"),
+        0
+    );
 
     // The claimer (every second) claims the 50 vouchers' charges and settles.
     let (claimed, settled) = wait_settled(&chain, charged).await;
@@ -127,10 +147,17 @@ async fn fifty_calls(batch: BatchConfig) {
     assert_eq!(channel.total_claimed, charged);
     assert_eq!(channel.balance, 50_000);
     let after = chain.balance_of(chain.seller).await;
-    assert_eq!(after - before, U256::from(charged), "the seller got exactly what was charged");
+    assert_eq!(
+        after - before,
+        U256::from(charged),
+        "the seller got exactly what was charged"
+    );
     // Claimed once: more ticks change nothing.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(chain.receiver_totals(chain.seller).await, (charged, charged));
+    assert_eq!(
+        chain.receiver_totals(chain.seller).await,
+        (charged, charged)
+    );
     assert_eq!(chain.balance_of(chain.seller).await, after);
 
     // A replayed voucher: the corrective 402, and no handler run.
@@ -198,7 +225,9 @@ async fn a_restart_in_the_middle_of_a_run_loses_no_charged_amount() {
     // The first instance takes 20 calls and claims nothing.
     let first = start(config(&chain, batch(None), Some(redis.clone()))).await;
     let url = format!("{}/batch/evm", first.base);
-    let pay = chain.pay(&url, 20, &["--deposit", "50000", "--salt", &salt]).await;
+    let pay = chain
+        .pay(&url, 20, &["--deposit", "50000", "--salt", &salt])
+        .await;
     pay.assert_ran();
     every_call_paid(&pay, 20);
     assert_eq!(pay.charged_total(), 20_000);
@@ -208,17 +237,30 @@ async fn a_restart_in_the_middle_of_a_run_loses_no_charged_amount() {
     // A new instance over the same Redis, and a new client process (which
     // knows only the chain, where nothing is claimed yet): the seller's
     // corrective 402 tells it the count, and the run goes on from 20 000.
-    let second = start(config(&chain, batch(Some(Duration::from_secs(1))), Some(redis))).await;
+    let second = start(config(
+        &chain,
+        batch(Some(Duration::from_secs(1))),
+        Some(redis),
+    ))
+    .await;
     let url = format!("{}/batch/evm", second.base);
     let pay2 = chain.pay(&url, 30, &["--salt", &salt]).await;
     pay2.assert_ran();
     assert_eq!(pay2.channel_id(), pay.channel_id());
     let paid = pay2.statuses().iter().filter(|s| **s == 200).count();
     assert_eq!(paid, 30, "{:?}: {}", pay2.statuses(), pay2.stderr);
-    assert_eq!(pay2.deposits(), 0, "no second deposit: {:?}", pay2.sent_types());
+    assert_eq!(
+        pay2.deposits(),
+        0,
+        "no second deposit: {:?}",
+        pay2.sent_types()
+    );
     assert_eq!(second.state.batch_runs(), 30);
     let last = &pay2.calls()[29]["paymentResponse"];
-    assert_eq!(last["extra"]["channelState"]["chargedCumulativeAmount"], "50000");
+    assert_eq!(
+        last["extra"]["channelState"]["chargedCumulativeAmount"],
+        "50000"
+    );
 
     // Everything charged, before and after the restart, is claimed.
     let (claimed, settled) = wait_settled(&chain, 50_000).await;

@@ -2,7 +2,12 @@
 //! escrow contract behind a facilitator (the on-chain run with the official
 //! client and facilitator is `tests/tests/batch_settlement.rs`).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::needless_pass_by_value
+)]
 
 use std::{
     collections::HashMap,

@@ -41,7 +41,7 @@ enum Held {
     /// A refund for a channel the seller has no state for.
     Missing,
     /// Held by this request.
-    Held(Box<ChannelRecord>, bool),
+    Taken(Box<ChannelRecord>, bool),
 }
 
 pub(super) fn now_ms() -> u64 {
@@ -107,7 +107,7 @@ fn hold(
     };
     record.pending = Some(pending.clone());
     let created = current.is_none();
-    Change::Write(record.clone(), Held::Held(Box::new(record), created))
+    Change::Write(record.clone(), Held::Taken(Box::new(record), created))
 }
 
 /// Gives up `hold` on channel `id`: the record as it was (deleted, if this
@@ -167,6 +167,7 @@ fn receipt_headers(receipt: &Value) -> HeaderMap {
 impl Engine {
     /// Answers a refusal of a batch payment, with `accepts` (the route's
     /// rows, unless a corrective 402 replaces them).
+    #[allow(clippy::too_many_arguments)]
     fn refuse_batch(
         &self,
         compiled: &CompiledRoute,
@@ -255,7 +256,7 @@ impl Engine {
             }
         };
         let (record, created) = match held {
-            Ok(Held::Held(record, created)) => (record, created),
+            Ok(Held::Taken(record, created)) => (record, created),
             Ok(Held::Busy) => {
                 return refuse(Refusal::Invalid(reason::CHANNEL_BUSY.into()), Some(&payer))
             }
@@ -361,7 +362,7 @@ impl Engine {
             })
             .await;
             match mirrored {
-                Ok(Some(next)) => record = Box::new(next),
+                Ok(Some(next)) => *record = next,
                 Ok(None) => {
                     return refuse(Refusal::Invalid(reason::CHANNEL_BUSY.into()), Some(&payer))
                 }

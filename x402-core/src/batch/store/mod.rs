@@ -98,6 +98,9 @@ pub trait ChannelStore: Send + Sync + 'static {
 }
 
 /// What [`update`]'s function decided.
+// Short-lived, returned once per attempt: boxing the record would cost an
+// allocation per write for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Change<T> {
     /// Write this record (its revision is bumped by [`update`]).
