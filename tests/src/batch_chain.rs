@@ -44,6 +44,9 @@ pub const BATCH_SETTLEMENT_ADDRESS: Address = address!("4020074e9dF2ce1deE5A9C1b
 /// Where it expects the ERC-3009 deposit collector (`ERC3009_DEPOSIT_COLLECTOR_ADDRESS`).
 pub const ERC3009_DEPOSIT_COLLECTOR_ADDRESS: Address =
     address!("4020806089470a89826cB9fB1f4059150b550004");
+/// Where it expects the Permit2 deposit collector (`PERMIT2_DEPOSIT_COLLECTOR_ADDRESS`).
+pub const PERMIT2_DEPOSIT_COLLECTOR_ADDRESS: Address =
+    address!("4020425FAf3B746C082C2f942b4E5159887B0005");
 /// Multicall3 (the official code reads channel state through `tryAggregate`).
 pub const MULTICALL3_ADDRESS: Address = address!("cA11bde05977b3631167028862bE2a173976CA11");
 /// The EIP-712 domain name of the escrow.
@@ -198,6 +201,8 @@ pub struct BatchChain {
     pub escrow: Address,
     /// [`ERC3009_DEPOSIT_COLLECTOR_ADDRESS`].
     pub erc3009_collector: Address,
+    /// [`PERMIT2_DEPOSIT_COLLECTOR_ADDRESS`].
+    pub permit2_collector: Address,
     /// TestUSDC (EIP-3009, 6 decimals).
     pub token: Address,
     /// [`TOKEN_NAME`].
@@ -220,7 +225,7 @@ pub struct BatchChain {
 
 impl BatchChain {
     /// Starts anvil, deploys TestUSDC, mints [`BUYER_FUNDS`] to the buyer,
-    /// installs the escrow, collector and Multicall3 with `anvil_setCode`
+    /// installs the escrow, both collectors, Permit2 and Multicall3 with `anvil_setCode`
     /// and starts the facilitator.
     pub async fn start() -> Self {
         let anvil = Anvil::start();
@@ -255,6 +260,7 @@ impl BatchChain {
             deployer,
             escrow: BATCH_SETTLEMENT_ADDRESS,
             erc3009_collector: ERC3009_DEPOSIT_COLLECTOR_ADDRESS,
+            permit2_collector: PERMIT2_DEPOSIT_COLLECTOR_ADDRESS,
             token,
             token_name: TOKEN_NAME,
             token_version: TOKEN_VERSION,
@@ -284,6 +290,19 @@ impl BatchChain {
     /// [`pay_as`](Self::pay_as); anvil's dev accounts have gas already).
     pub async fn fund(&self, who: Address, amount: u64) {
         anvil::mint(&self.deployer, self.token, who, amount).await;
+    }
+
+    /// `key` approves Permit2 for all its TestUSDC (what a buyer does once
+    /// before permit2 deposits).
+    pub async fn approve_permit2(&self, key: &str) {
+        let owner = self.anvil.provider(key).await;
+        anvil::approve(
+            &owner,
+            self.token,
+            x402_core::evm::PERMIT2_ADDRESS,
+            U256::MAX,
+        )
+        .await;
     }
 
     /// TestUSDC balance of `who`.
@@ -491,6 +510,9 @@ impl BatchChain {
         if let Some(charge) = options.charge {
             args.extend(["--charge".into(), charge.to_string()]);
         }
+        if let Some(method) = options.transfer_method {
+            args.extend(["--transfer-method".into(), method.to_owned()]);
+        }
         if let Some(key) = options.authorizer_key {
             args.extend(["--authorizer-key".into(), key.to_owned()]);
         }
@@ -503,15 +525,21 @@ impl BatchChain {
     }
 }
 
-/// Installs `TestBatchSettlement`, `TestErc3009DepositCollector` and
-/// `TestMulticall3` (committed artifacts in `tests/js/contracts`) at their
-/// canonical addresses with `anvil_setCode`.
+/// Installs `TestBatchSettlement`, `TestErc3009DepositCollector`,
+/// `TestPermit2DepositCollector` and `TestMulticall3` (committed artifacts in
+/// `tests/js/contracts`) at their canonical addresses with `anvil_setCode`,
+/// and the test Permit2 ([`anvil::install_permit2`]).
 pub async fn install_contracts(provider: &DynProvider) {
+    anvil::install_permit2(provider).await;
     for (artifact, address) in [
         ("TestBatchSettlement.json", BATCH_SETTLEMENT_ADDRESS),
         (
             "TestErc3009DepositCollector.json",
             ERC3009_DEPOSIT_COLLECTOR_ADDRESS,
+        ),
+        (
+            "TestPermit2DepositCollector.json",
+            PERMIT2_DEPOSIT_COLLECTOR_ADDRESS,
         ),
         ("TestMulticall3.json", MULTICALL3_ADDRESS),
     ] {
@@ -545,6 +573,9 @@ pub struct RefServerOptions {
     pub authorizer_key: Option<&'static str>,
     /// `payTo` (default: the chain's seller).
     pub pay_to: Option<Address>,
+    /// `extra.assetTransferMethod` to offer (`"eip3009"` or `"permit2"`;
+    /// default: none, which the client takes as eip3009).
+    pub transfer_method: Option<&'static str>,
 }
 
 impl Default for RefServerOptions {
@@ -554,6 +585,7 @@ impl Default for RefServerOptions {
             charge: None,
             authorizer_key: None,
             pay_to: None,
+            transfer_method: None,
         }
     }
 }

@@ -14,6 +14,11 @@
 //! - A seller that signs its own claims (a receiverAuthorizer the
 //!   facilitator does not know), dynamic pricing below the ceiling, and a
 //!   cooperative refund of the rest: claim + refund in one transaction.
+//! - Permit2 deposits (`extra.assetTransferMethod: "permit2"`): refused
+//!   until the buyer approved Permit2, then the same one deposit and exact
+//!   claim.
+//! - A timed withdrawal: only the payer starts it, the seller still claims
+//!   during the delay, and only the unclaimed rest leaves after it.
 //! - What the contract refuses, through the official facilitator: a claim
 //!   above the voucher's ceiling, a voucher signature of another amount, a
 //!   claim signed by the wrong authorizer, a replayed deposit; none moves a
@@ -380,6 +385,53 @@ async fn a_timed_withdrawal_waits_for_the_delay_and_leaves_what_was_claimed_mean
     assert_eq!(chain.balance_of(chain.escrow).await, U256::ZERO);
     // Nothing is pending any more.
     assert!(!chain.finalize_withdraw(chain.buyer_key, config).await);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn permit2_deposits_work_once_the_buyer_approved_permit2() {
+    let chain = BatchChain::start().await;
+    let server = chain
+        .reference_server(RefServerOptions {
+            transfer_method: Some("permit2"),
+            ..RefServerOptions::default()
+        })
+        .await;
+    let buyer_before = chain.balance_of(chain.buyer).await;
+
+    // Without an allowance for Permit2 the deposit is refused before anything moves.
+    let refused = chain.pay(&server.route(), 1, &["--deposit", "10000"]).await;
+    refused.assert_ran();
+    assert_eq!(refused.statuses(), vec![402], "{}", refused.json);
+    assert_eq!(refused.sent_types(), vec!["deposit"]);
+    assert!(
+        chain.facilitator_log().iter().any(|l| l.contains(
+            "verify batch-settlement/deposit -> isValid=false (invalid_batch_settlement_evm_permit2_allowance_required)"
+        )),
+        "{:?}",
+        chain.facilitator_log()
+    );
+    assert_eq!(chain.balance_of(chain.buyer).await, buyer_before);
+    assert_eq!(server.handler_runs().await, 0);
+
+    chain.approve_permit2(chain.buyer_key).await;
+    let pay = chain.pay(&server.route(), 5, &["--deposit", "10000"]).await;
+    pay.assert_ran();
+    assert_eq!(pay.statuses(), vec![200; 5], "{}", pay.json);
+    assert_eq!(pay.deposits(), 1);
+    let channel_id = pay.channel_id();
+    assert_eq!(chain.channel(channel_id).await.balance, 10_000);
+    assert_eq!(chain.balance_of(chain.escrow).await, U256::from(10_000));
+
+    let run = server.claim_and_settle().await;
+    assert_eq!(run["claims"][0]["vouchers"], 1, "{run}");
+    let charged = pay.charged_total();
+    assert_eq!(charged, 5 * u128::from(PRICE));
+    assert_eq!(chain.channel(channel_id).await.total_claimed, charged);
+    assert_eq!(chain.balance_of(chain.seller).await, U256::from(charged));
+    assert_eq!(
+        chain.balance_of(chain.buyer).await,
+        buyer_before - U256::from(10_000)
+    );
 }
 
 /// A `/settle` answer refused at the facilitator's simulation with the

@@ -6,11 +6,18 @@
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { BATCH_SETTLEMENT_ADDRESS, ERC3009_DEPOSIT_COLLECTOR_ADDRESS } from "@x402/evm";
+import {
+  BATCH_SETTLEMENT_ADDRESS,
+  ERC3009_DEPOSIT_COLLECTOR_ADDRESS,
+  PERMIT2_ADDRESS,
+} from "@x402/evm";
 import { createPublicClient, createWalletClient, defineChain, getAddress, http, publicActions } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 
 const here = dirname(fileURLToPath(import.meta.url));
+
+/** PERMIT2_DEPOSIT_COLLECTOR_ADDRESS of the official batch-settlement code (not exported by `@x402/evm`). */
+export const PERMIT2_DEPOSIT_COLLECTOR_ADDRESS = getAddress("0x4020425FAf3B746C082C2f942b4E5159887B0005");
 
 /** Multicall3's usual address; the official code reads channel state through its `tryAggregate`. */
 export const MULTICALL3_ADDRESS = getAddress("0xcA11bde05977b3631167028862bE2a173976CA11");
@@ -23,7 +30,14 @@ export const INSTALLS = [
     artifact: "TestErc3009DepositCollector.json",
     address: getAddress(ERC3009_DEPOSIT_COLLECTOR_ADDRESS),
   },
+  {
+    name: "permit2Collector",
+    artifact: "TestPermit2DepositCollector.json",
+    address: getAddress(PERMIT2_DEPOSIT_COLLECTOR_ADDRESS),
+  },
   { name: "multicall3", artifact: "TestMulticall3.json", address: MULTICALL3_ADDRESS },
+  // The permit2 deposits go through Permit2 itself (the test stand-in of ../contracts/TestPermit2.sol).
+  { name: "permit2", artifact: "TestPermit2.json", address: getAddress(PERMIT2_ADDRESS) },
 ];
 
 /** The committed artifact `../contracts/<file>`. */

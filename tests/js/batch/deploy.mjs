@@ -5,12 +5,15 @@
 //
 //   TestBatchSettlement          -> BATCH_SETTLEMENT_ADDRESS          (the escrow)
 //   TestErc3009DepositCollector  -> ERC3009_DEPOSIT_COLLECTOR_ADDRESS (eip3009 deposits)
+//   TestPermit2DepositCollector  -> PERMIT2_DEPOSIT_COLLECTOR_ADDRESS (permit2 deposits)
 //   TestMulticall3               -> 0xcA11bde05977b3631167028862bE2a173976CA11
+//   TestPermit2                  -> PERMIT2_ADDRESS (0x000000000022D473030F116dDEE9F6B43aC78BA3)
 //
 // The token (TestUSDC) is deployed by ../deploy.mjs as for the other tests.
 //
 // Usage: node batch/deploy.mjs --rpc http://127.0.0.1:PORT
-// Prints one JSON line: {"batchSettlement":"0x..","erc3009Collector":"0x..","multicall3":"0x.."}
+// Prints one JSON line:
+//   {"batchSettlement":"0x..","erc3009Collector":"0x..","permit2Collector":"0x..","multicall3":"0x..","permit2":"0x.."}
 
 import { parseArgs } from "node:util";
 import { createPublicClient, http } from "viem";

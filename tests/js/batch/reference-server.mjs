@@ -9,7 +9,8 @@
 // Usage:
 //   node batch/reference-server.mjs --facilitator URL --pay-to 0xRECEIVER --token 0xTOKEN
 //        [--token-name USDC] [--token-version 2] [--price 1000] [--charge PRICE]
-//        [--authorizer-key 0xKEY] [--withdraw-delay 900] [--network eip155:84532] [--port 0]
+//        [--authorizer-key 0xKEY] [--withdraw-delay 900] [--transfer-method eip3009|permit2]
+//        [--network eip155:84532] [--port 0]
 //
 //   --price           the per-call ceiling (PaymentRequirements.amount), atomic units.
 //   --charge          what a call actually costs (<= price; default = price), set
@@ -18,6 +19,8 @@
 //   --authorizer-key  the server signs its own claims and refunds with this
 //                     receiverAuthorizer key; without it, it delegates to the
 //                     facilitator's advertised receiverAuthorizer.
+//   --transfer-method the deposit path offered as extra.assetTransferMethod
+//                     (default: none, which the client takes as eip3009).
 //
 // Routes:
 //   GET  /batch/evm                      paid: {"ok":true,"call":N} (N counts handler runs)
@@ -46,7 +49,8 @@ import { checkKey, toJson, usage } from "./common.mjs";
 
 const LINE =
   "node batch/reference-server.mjs --facilitator URL --pay-to 0xADDR --token 0xADDR [--token-name USDC] [--token-version 2] " +
-  "[--price 1000] [--charge N] [--authorizer-key 0xKEY] [--withdraw-delay 900] [--network eip155:84532] [--port 0]";
+  "[--price 1000] [--charge N] [--authorizer-key 0xKEY] [--withdraw-delay 900] [--transfer-method eip3009|permit2] " +
+  "[--network eip155:84532] [--port 0]";
 let values;
 try {
   ({ values } = parseArgs({
@@ -60,6 +64,7 @@ try {
       charge: { type: "string" },
       "authorizer-key": { type: "string" },
       "withdraw-delay": { type: "string", default: "900" },
+      "transfer-method": { type: "string" },
       network: { type: "string", default: "eip155:84532" },
       port: { type: "string", default: "0" },
     },
@@ -72,6 +77,9 @@ for (const k of ["facilitator", "pay-to", "token"]) if (!values[k]) usage("refer
 for (const k of ["price", "withdraw-delay", "port"]) if (!/^\d+$/.test(values[k])) usage("reference-server.mjs", LINE, `--${k} must be an integer`);
 if (values.charge !== undefined && (!/^\d+$/.test(values.charge) || BigInt(values.charge) > BigInt(values.price))) {
   usage("reference-server.mjs", LINE, "--charge must be an integer <= --price");
+}
+if (values["transfer-method"] !== undefined && !["eip3009", "permit2"].includes(values["transfer-method"])) {
+  usage("reference-server.mjs", LINE, "--transfer-method must be eip3009 or permit2");
 }
 if (values["authorizer-key"] !== undefined) checkKey("reference-server.mjs", LINE, "--authorizer-key", values["authorizer-key"]);
 
@@ -118,7 +126,15 @@ async function main() {
         scheme: "batch-settlement",
         network,
         payTo,
-        price: { amount: values.price, asset: token, extra: { name: values["token-name"], version: values["token-version"] } },
+        price: {
+          amount: values.price,
+          asset: token,
+          extra: {
+            name: values["token-name"],
+            version: values["token-version"],
+            ...(values["transfer-method"] ? { assetTransferMethod: values["transfer-method"] } : {}),
+          },
+        },
         maxTimeoutSeconds: 3600,
       },
       description: "batch-settlement reference route",

@@ -11,10 +11,12 @@ pragma solidity ^0.8.24;
 //     batched claims, settle, cooperative refunds, timed withdrawal).
 //   - `TestErc3009DepositCollector`: pulls a deposit with the token's
 //     ERC-3009 `receiveWithAuthorization` and forwards it to the escrow.
+//   - `TestPermit2DepositCollector`: pulls a deposit through Permit2
+//     (`permitWitnessTransferFrom` with a DepositWitness{channelId}).
 //   - `TestMulticall3`: `tryAggregate` only, which the official code
 //     uses to read channel state in one call.
 //
-//   All three are installed with `anvil_setCode` at the addresses the
+//   All four are installed with `anvil_setCode` at the addresses the
 //   official code has built in (see tests/js/batch/deploy.mjs), so they
 //   hold no immutables and need no constructor: every address they
 //   depend on is a constant or `address(this)`.
@@ -480,6 +482,85 @@ contract TestErc3009DepositCollector is ITestDepositCollector {
             }
         }
         require(ITestERC20(token).transfer(msg.sender, amount), "BatchSettlement: forward to escrow failed");
+    }
+}
+
+/// @notice The Permit2 function the Permit2 deposit collector calls
+///         (Uniswap's `ISignatureTransfer.permitWitnessTransferFrom`).
+interface ITestPermit2 {
+    struct TokenPermissions {
+        address token;
+        uint256 amount;
+    }
+
+    struct PermitTransferFrom {
+        TokenPermissions permitted;
+        uint256 nonce;
+        uint256 deadline;
+    }
+
+    struct SignatureTransferDetails {
+        address to;
+        uint256 requestedAmount;
+    }
+
+    function permitWitnessTransferFrom(
+        PermitTransferFrom calldata permit,
+        SignatureTransferDetails calldata transferDetails,
+        address owner,
+        bytes32 witness,
+        string calldata witnessTypeString,
+        bytes calldata signature
+    ) external;
+}
+
+/// @notice Deposit collector for any ERC-20 through Permit2: the payer
+///         approves Permit2 and signs `PermitWitnessTransferFrom(permitted =
+///         {token, amount}, spender = this collector, nonce, deadline,
+///         witness = DepositWitness{channelId})`; the escrow calls `collect`
+///         with `data = abi.encode(nonce, deadline, signature, eip2612PermitData)`
+///         and Permit2 moves the tokens straight to the escrow. Only the
+///         escrow may call it. An EIP-2612 permit in `eip2612PermitData`
+///         (abi.encode(value, deadline, v, r, s)) is applied first when given.
+contract TestPermit2DepositCollector is ITestDepositCollector {
+    address public constant BATCH_SETTLEMENT = 0x4020074e9dF2ce1deE5A9C1b5c3f541D02a10003;
+    address public constant PERMIT2 = 0x000000000022D473030F116dDEE9F6B43aC78BA3;
+    bytes32 public constant DEPOSIT_WITNESS_TYPEHASH = keccak256("DepositWitness(bytes32 channelId)");
+    /// @dev What follows Permit2's "PermitWitnessTransferFrom(TokenPermissions
+    ///      permitted,address spender,uint256 nonce,uint256 deadline," stub:
+    ///      the witness member, then the referenced types in alphabetical order.
+    string public constant WITNESS_TYPE_STRING =
+        "DepositWitness witness)DepositWitness(bytes32 channelId)TokenPermissions(address token,uint256 amount)";
+
+    function collect(address payer, address token, uint256 amount, bytes32 channelId, bytes calldata data)
+        external
+        override
+    {
+        require(msg.sender == BATCH_SETTLEMENT, "BatchSettlement: collector caller is not the escrow");
+        (uint256 nonce, uint256 deadline, bytes memory signature, bytes memory eip2612PermitData) =
+            abi.decode(data, (uint256, uint256, bytes, bytes));
+        if (eip2612PermitData.length > 0) _permit(token, payer, eip2612PermitData);
+        ITestPermit2(PERMIT2).permitWitnessTransferFrom(
+            ITestPermit2.PermitTransferFrom(ITestPermit2.TokenPermissions(token, amount), nonce, deadline),
+            ITestPermit2.SignatureTransferDetails(msg.sender, amount),
+            payer,
+            keccak256(abi.encode(DEPOSIT_WITNESS_TYPEHASH, channelId)),
+            WITNESS_TYPE_STRING,
+            signature
+        );
+    }
+
+    /// @dev Applies an EIP-2612 permit for Permit2; one already used (or
+    ///      front-run) is fine when the allowance is there.
+    function _permit(address token, address payer, bytes memory permitData) private {
+        (uint256 value, uint256 deadline, uint8 v, bytes32 r, bytes32 s) =
+            abi.decode(permitData, (uint256, uint256, uint8, bytes32, bytes32));
+        (bool ok,) = token.call(
+            abi.encodeWithSignature(
+                "permit(address,address,uint256,uint256,uint8,bytes32,bytes32)", payer, PERMIT2, value, deadline, v, r, s
+            )
+        );
+        ok;
     }
 }
 

@@ -7,7 +7,8 @@
 //   contracts/TestPermit2.sol -> TestPermit2.json, TestX402UptoPermit2Proxy.json,
 //                                TestX402ExactPermit2Proxy.json
 //   contracts/TestBatchSettlement.sol -> TestBatchSettlement.json,
-//                                TestErc3009DepositCollector.json, TestMulticall3.json
+//                                TestErc3009DepositCollector.json, TestPermit2DepositCollector.json,
+//                                TestMulticall3.json
 //
 // Usage: node contracts/compile.mjs        (or: npm run compile)
 //
@@ -31,7 +32,7 @@ const targets = [
   },
   {
     sourceFile: "TestBatchSettlement.sol",
-    contracts: ["TestBatchSettlement", "TestErc3009DepositCollector", "TestMulticall3"],
+    contracts: ["TestBatchSettlement", "TestErc3009DepositCollector", "TestPermit2DepositCollector", "TestMulticall3"],
   },
 ];
 
