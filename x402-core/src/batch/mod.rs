@@ -83,7 +83,7 @@ mod claimer;
 pub mod eip712;
 mod payload;
 pub mod reason;
-mod store;
+pub mod store;
 pub mod verify;
 
 pub use self::channel::{ChannelRecord, ClaimMark, OnchainState, Pending};

@@ -3,7 +3,7 @@
 //! instance, and kept across restarts).
 //!
 //! A store only loads, lists and swaps whole records. Every change the
-//! engine and the claimer make goes through [`update`]: read the record,
+//! engine and the claimer make is one compare-and-swap loop: read the record,
 //! compute the new one, and swap it in only if nobody wrote in between (the
 //! record's `revision`), else read again. That makes each change atomic
 //! without locks, across instances too. Requests on one channel are
