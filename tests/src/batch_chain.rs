@@ -84,6 +84,17 @@ mod sol {
             uint40 withdrawDelay;
             bytes32 salt;
         }
+        struct Voucher {
+            ChannelConfig channel;
+            uint128 maxClaimableAmount;
+        }
+        struct VoucherClaim {
+            Voucher voucher;
+            bytes signature;
+            uint128 totalClaimed;
+        }
+        function claim(VoucherClaim[] voucherClaims) external;
+        function refund(ChannelConfig config, uint128 amount) external;
         function channels(bytes32 channelId) external view returns (uint128 balance, uint128 totalClaimed);
         function receivers(address receiver, address token) external view returns (uint128 totalClaimed, uint128 totalSettled);
         function refundNonce(bytes32 channelId) external view returns (uint256);
@@ -409,6 +420,41 @@ impl BatchChain {
             .await
     }
 
+    /// `claim([{voucher: {config, max_claimable}, signature, total_claimed}])`
+    /// signed by `key` (the receiver or its receiverAuthorizer may), without
+    /// any ClaimBatch signature.
+    pub async fn claim_directly(
+        &self,
+        key: &str,
+        config: ChannelConfig,
+        max_claimable: u128,
+        voucher_signature: Bytes,
+        total_claimed: u128,
+    ) -> bool {
+        let row = sol::VoucherClaim {
+            voucher: sol::Voucher {
+                channel: config,
+                maxClaimableAmount: max_claimable,
+            },
+            signature: voucher_signature,
+            totalClaimed: total_claimed,
+        };
+        self.send_to_escrow(
+            key,
+            sol::claimCall {
+                voucherClaims: vec![row],
+            },
+        )
+        .await
+    }
+
+    /// `refund(config, amount)` signed by `key` (the receiver or its
+    /// receiverAuthorizer may), without a Refund signature.
+    pub async fn refund_directly(&self, key: &str, config: ChannelConfig, amount: u128) -> bool {
+        self.send_to_escrow(key, sol::refundCall { config, amount })
+            .await
+    }
+
     /// Moves anvil's clock `secs` forward and mines a block.
     pub async fn increase_time(&self, secs: u64) {
         self.deployer
@@ -714,6 +760,22 @@ impl BatchPay {
             .iter()
             .flat_map(|c| c["sent"].as_array().cloned().unwrap_or_default())
             .filter_map(|s| s["header"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// The PAYMENT-SIGNATURE headers sent (with `--record-headers`), decoded.
+    pub fn sent_payloads(&self) -> Vec<Value> {
+        use base64::Engine as _;
+        self.sent_headers()
+            .iter()
+            .map(|h| {
+                serde_json::from_slice(
+                    &base64::engine::general_purpose::STANDARD
+                        .decode(h)
+                        .expect("PAYMENT-SIGNATURE is base64"),
+                )
+                .expect("PAYMENT-SIGNATURE is JSON")
+            })
             .collect()
     }
 

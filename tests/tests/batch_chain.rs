@@ -19,6 +19,8 @@
 //!   claim.
 //! - A timed withdrawal: only the payer starts it, the seller still claims
 //!   during the delay, and only the unclaimed rest leaves after it.
+//! - The receiver claims and refunds directly (no authorizer signature);
+//!   nobody else may; claims are cumulative and refunds capped.
 //! - What the contract refuses, through the official facilitator: a claim
 //!   above the voucher's ceiling, a voucher signature of another amount, a
 //!   claim signed by the wrong authorizer, a replayed deposit; none moves a
@@ -28,14 +30,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use alloy_primitives::U256;
-use base64::Engine as _;
+use alloy_primitives::{Bytes, U256};
 use serde_json::{json, Value};
 use x402_tests::batch_chain::{
     BatchChain, RefServerOptions, NETWORK, PRICE, SELLER_AUTHORIZER_KEY, WITHDRAW_DELAY,
 };
 
-/// 50 calls at [`PRICE`] need exactly this deposit for one deposit.
+/// The seller's (receiver's) key: anvil account 2.
+const SELLER_KEY: &str = x402_tests::anvil::accounts::KEY_2;
+
+/// The calls of the main run; at [`PRICE`] each, a deposit of `PRICE * CALLS`
+/// pays them all.
 const CALLS: usize = 50;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -284,16 +289,11 @@ async fn the_contract_refuses_bad_claims_and_a_replayed_deposit() {
 
     // The deposit's PAYMENT-SIGNATURE again: its ERC-3009 authorization is
     // spent, the contract refuses, the balance stays.
-    let headers = pay.sent_headers();
-    assert_eq!(headers.len(), 3);
-    let deposit: Value = serde_json::from_slice(
-        &base64::engine::general_purpose::STANDARD
-            .decode(&headers[0])
-            .unwrap(),
-    )
-    .unwrap();
+    let payloads = pay.sent_payloads();
+    assert_eq!(payloads.len(), 3);
+    let deposit = &payloads[0];
     assert_eq!(deposit["payload"]["type"], "deposit");
-    let replay = facilitator_request(&chain, "settle", &deposit, &deposit["accepted"]).await;
+    let replay = facilitator_request(&chain, "settle", deposit, &deposit["accepted"]).await;
     assert_eq!(replay["success"], false, "{replay}");
     assert_eq!(
         replay["errorReason"], "invalid_batch_settlement_evm_deposit_simulation_failed",
@@ -432,6 +432,91 @@ async fn permit2_deposits_work_once_the_buyer_approved_permit2() {
         chain.balance_of(chain.buyer).await,
         buyer_before - U256::from(10_000)
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_receiver_claims_and_refunds_directly_and_nobody_else_may() {
+    let chain = BatchChain::start().await;
+    let server = chain.reference_server(RefServerOptions::default()).await;
+    let buyer_before = chain.balance_of(chain.buyer).await;
+    let pay = chain
+        .pay(
+            &server.route(),
+            2,
+            &["--deposit", "6000", "--record-headers"],
+        )
+        .await;
+    pay.assert_ran();
+    assert_eq!(pay.statuses(), vec![200; 2], "{}", pay.json);
+    let channel_id = pay.channel_id();
+    let config = chain.buyer_channel_config(chain.seller, chain.receiver_authorizer, None);
+    // The last voucher the client signed: 2000.
+    let payloads = pay.sent_payloads();
+    let last = &payloads[1]["payload"]["voucher"];
+    assert_eq!(last["maxClaimableAmount"], "2000");
+    let signature: Bytes = last["signature"].as_str().unwrap().parse().unwrap();
+
+    // Only the receiver (or its authorizer) may claim without a ClaimBatch
+    // signature, and not above the voucher.
+    let stranger = SELLER_AUTHORIZER_KEY;
+    assert!(
+        !chain
+            .claim_directly(stranger, config.clone(), 2000, signature.clone(), 2000)
+            .await
+    );
+    assert!(
+        !chain
+            .claim_directly(SELLER_KEY, config.clone(), 2000, signature.clone(), 2001)
+            .await
+    );
+    assert!(
+        chain
+            .claim_directly(SELLER_KEY, config.clone(), 2000, signature.clone(), 1500)
+            .await
+    );
+    assert_eq!(chain.channel(channel_id).await.total_claimed, 1500);
+    // Cumulative: the same voucher claims the rest, a lower total changes nothing.
+    assert!(
+        chain
+            .claim_directly(SELLER_KEY, config.clone(), 2000, signature.clone(), 2000)
+            .await
+    );
+    assert!(
+        chain
+            .claim_directly(SELLER_KEY, config.clone(), 2000, signature, 1000)
+            .await
+    );
+    assert_eq!(chain.channel(channel_id).await.total_claimed, 2000);
+    assert_eq!(chain.receiver_totals(chain.seller).await, (2000, 0));
+
+    // Refunds: not by a stranger; the receiver's is capped at the unclaimed
+    // rest, and each one moves the refund nonce.
+    assert!(!chain.refund_directly(stranger, config.clone(), 1000).await);
+    assert!(
+        chain
+            .refund_directly(SELLER_KEY, config.clone(), 1000)
+            .await
+    );
+    assert_eq!(chain.refund_nonce(channel_id).await, U256::from(1));
+    assert!(
+        chain
+            .refund_directly(SELLER_KEY, config.clone(), 1_000_000)
+            .await
+    );
+    assert_eq!(chain.refund_nonce(channel_id).await, U256::from(2));
+    let channel = chain.channel(channel_id).await;
+    assert_eq!((channel.balance, channel.total_claimed), (2000, 2000));
+    // Nothing left to refund: the nonce still moves, no token does.
+    assert!(chain.refund_directly(SELLER_KEY, config, 1).await);
+    assert_eq!(chain.refund_nonce(channel_id).await, U256::from(3));
+    assert_eq!(
+        chain.balance_of(chain.buyer).await,
+        buyer_before - U256::from(2000)
+    );
+    assert_eq!(chain.balance_of(chain.escrow).await, U256::from(2000));
+    assert_eq!(settle_seller(&chain).await["amount"], "2000");
+    assert_eq!(chain.balance_of(chain.seller).await, U256::from(2000));
+    assert_eq!(chain.balance_of(chain.escrow).await, U256::ZERO);
 }
 
 /// A `/settle` answer refused at the facilitator's simulation with the
