@@ -312,6 +312,23 @@ async fn the_contract_refuses_bad_claims_and_a_replayed_deposit() {
         2
     );
 
+    // The facilitator's HTTP surface: a body that is not a request is a 400.
+    let http = reqwest::Client::new();
+    for (path, body) in [
+        ("verify", "not json"),
+        ("settle", "{}"),
+        ("verify", r#"{"paymentPayload":1}"#),
+    ] {
+        let response = http
+            .post(format!("{}/{path}", chain.facilitator_url))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{path} {body}");
+    }
+
     // The real claim still goes through, for exactly what was charged.
     let run = server.claim_and_settle().await;
     assert_eq!(run["claims"][0]["vouchers"], 1, "{run}");
