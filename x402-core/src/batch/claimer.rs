@@ -183,6 +183,15 @@ impl Claimer {
             .fold(U256::ZERO, |sum, r| sum.saturating_add(r.unclaimed())))
     }
 
+    /// Whether a channel with unclaimed charges has a timed withdrawal
+    /// pending (its vouchers must be claimed before the delay ends).
+    pub async fn withdrawing(&self) -> Result<bool, ClaimError> {
+        let records = self.batch.store.list().await?;
+        Ok(records
+            .iter()
+            .any(|r| self.ours(r) && r.withdraw_requested_at > 0 && !r.unclaimed().is_zero()))
+    }
+
     /// Claims every channel's latest voucher that has charges not claimed
     /// yet, in batches; nothing to claim is an empty report.
     pub async fn claim(&self) -> Result<ClaimReport, ClaimError> {
@@ -372,7 +381,8 @@ impl Claimer {
 
     /// Runs [`claim_and_settle`](Self::claim_and_settle) every `interval`,
     /// and sooner (checked every second) once the unclaimed total reaches
-    /// `threshold`, until the task is aborted. Failures are logged and
+    /// `threshold` or a payer has started a timed withdrawal, until the task
+    /// is aborted. Failures are logged and
     /// retried at the next tick.
     pub fn spawn(self, interval: Duration, threshold: Option<U256>) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
@@ -385,6 +395,9 @@ impl Claimer {
                     Some(t) => self.unclaimed().await.is_ok_and(|u| u >= t && !u.is_zero()),
                     None => false,
                 };
+                // A payer started a timed withdrawal: claim before it ends.
+                let withdrawing = self.withdrawing().await.unwrap_or(false);
+                let over = over || withdrawing;
                 if !due && !over {
                     continue;
                 }

@@ -678,6 +678,53 @@ async fn concurrent_calls_on_one_channel_are_serialised_in_memory() {
 }
 
 #[tokio::test]
+async fn a_seller_without_state_counts_from_the_chains_claimed_total() {
+    let chain = Arc::new(SimChain::default());
+    let first = seller_with(
+        chain.clone(),
+        BatchSettlement::in_memory().authorizer(authorizer()),
+    );
+    let b = Buyer::new(b"lost", &first.accepted().await);
+    assert_eq!(
+        first.call(&b.deposit(10_000, PRICE)).await.status(),
+        StatusCode::OK
+    );
+    for i in 2..=3u64 {
+        assert_eq!(
+            first.call(&b.voucher(i * PRICE)).await.status(),
+            StatusCode::OK
+        );
+    }
+    let claimer = Claimer::new(
+        chain.clone(),
+        first.engine.batch_settlement(),
+        NETWORK,
+        PAY_TO,
+        TOKEN,
+    );
+    claimer.claim().await.unwrap();
+    assert_eq!(
+        first.call(&b.voucher(4 * PRICE)).await.status(),
+        StatusCode::OK
+    );
+    // State lost (memory store, new process): claimed 3000 on chain, the
+    // 4th call's 1000 forfeited.
+    let second = seller_with(chain.clone(), BatchSettlement::in_memory());
+    let r = second.call(&b.voucher(5 * PRICE)).await;
+    refused_with(&r, reason::CUMULATIVE_AMOUNT_MISMATCH);
+    let row = &challenge_of(&r).accepts[0];
+    assert_eq!(row.extra["channelState"]["chargedCumulativeAmount"], "3000");
+    assert!(row.extra.get("voucherState").is_none());
+    assert_eq!(second.runs(), 0);
+    let r = second.call(&b.voucher(4 * PRICE)).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(
+        receipt(&r)["extra"]["channelState"]["chargedCumulativeAmount"],
+        "4000"
+    );
+}
+
+#[tokio::test]
 async fn the_claimer_claims_each_voucher_once_and_settles() {
     let s = seller();
     let accepted = s.accepted().await;

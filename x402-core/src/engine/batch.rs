@@ -352,10 +352,41 @@ impl Engine {
                     Some(&payer),
                 );
             };
+            // No state of our own (a new channel, or state lost): the
+            // chain's claimed total is the count, as the spec says; charges
+            // made and not claimed are forfeited.
+            if created {
+                let expected = state.total_claimed.saturating_add(price);
+                if payload.voucher().max_claimable_amount.get() != expected {
+                    release(self, &id, hold_id, created).await;
+                    let mut baseline = (*record).clone();
+                    state.mirror_into(&mut baseline, now);
+                    baseline.charged_cumulative_amount = state.total_claimed;
+                    let refusal = Refusal::Invalid(reason::CUMULATIVE_AMOUNT_MISMATCH.into());
+                    let mut rows = corrective_rows(&resolved.rows, &requirement.network, &baseline);
+                    // No voucher of ours to show: the buyer recovers from
+                    // the chain.
+                    for row in &mut rows {
+                        row.extra.remove("voucherState");
+                    }
+                    return Decision::Respond(self.refuse_batch(
+                        compiled,
+                        &resource,
+                        &resolved,
+                        enriched.as_ref(),
+                        Some(&rows),
+                        &refusal,
+                        Some(&payer),
+                    ));
+                }
+            }
             let mirrored = batch::update(&*batch.store, &id, |current| match current {
                 Some(c) if c.pending.as_ref().is_some_and(|p| p.id == hold_id) => {
                     let mut next = c.clone();
                     state.mirror_into(&mut next, now);
+                    if created {
+                        next.charged_cumulative_amount = state.total_claimed;
+                    }
                     Change::Write(next.clone(), Some(next))
                 }
                 _ => Change::Keep(None),
