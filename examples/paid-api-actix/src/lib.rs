@@ -172,8 +172,14 @@ async fn upto(UsageMeter(meter): UsageMeter) -> HttpResponse {
 
 /// `GET /batch/evm`: batch-settlement; reports the call's cost through the
 /// meter and counts the run.
-async fn batch(state: web::Data<AppState>, UsageMeter(meter): UsageMeter) -> HttpResponse {
-    HttpResponse::Ok().json(batch_body(&state, &meter))
+/// Not sold (the facilitator does not list batch-settlement): 404.
+async fn batch(state: web::Data<AppState>, meter: Option<UsageMeter>) -> HttpResponse {
+    match meter {
+        Some(UsageMeter(meter)) if state.batch_enabled() => {
+            HttpResponse::Ok().json(batch_body(&state, &meter))
+        }
+        _ => HttpResponse::NotFound().finish(),
+    }
 }
 
 /// `GET /session/demo`: paid per call, or redeemed from a prepaid session.

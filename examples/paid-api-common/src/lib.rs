@@ -23,7 +23,7 @@
 //! | `GET /exact/evm/eip3009` | $0.001, `exact` (EIP-3009) |
 //! | `GET /upto/evm/permit2` | `upto`, ceiling 2000 atomic units; the handler charges 1000 |
 //! | `GET /session/demo` | $0.001 per call, or a prepaid session: 100 calls for $0.05 |
-//! | `GET /batch/evm` | `batch-settlement`: one deposit, then a signed voucher per call; ceiling 1000 atomic units per call, charges `BATCH_CHARGE` (default 1000) |
+//! | `GET /batch/evm` | `batch-settlement`: one deposit, then a signed voucher per call; ceiling 1000 atomic units per call, charges `BATCH_CHARGE` (default 1000); served when the hosted facilitator lists `batch-settlement` |
 //! | `GET /health` | free |
 //! | `GET /.well-known/x402`, `GET /.well-known/x402/openapi.json` | free; discovery and OpenAPI documents of the paid routes |
 //! | `GET /metrics` | free; Prometheus counters (keep it off the public internet) |

@@ -111,12 +111,16 @@ fn batch_signer(config: &Config) -> Result<Option<alloy_signer_local::PrivateKey
 }
 
 /// The paid routes: what is sold, where, for how much. Change prices here.
-fn routes(config: &Config, authorizer: Option<alloy_primitives::Address>) -> Vec<Route> {
+fn routes(
+    config: &Config,
+    batch: bool,
+    authorizer: Option<alloy_primitives::Address>,
+) -> Vec<Route> {
     let network = config.network.as_str();
     let pay_to = config.pay_to.to_checksum(None);
     let asset = config.asset.asset();
     let exact = |price: &str| Offer::exact(network, price, &pay_to).asset(asset.clone());
-    vec![
+    let mut routes = vec![
         // $0.001 per call, paid with an EIP-3009 authorization.
         Route::get("/exact/evm/eip3009")
             .offer(exact("$0.001"))
@@ -141,23 +145,52 @@ fn routes(config: &Config, authorizer: Option<alloy_primitives::Address>) -> Vec
             )
             .description("Pay per call, or buy 100 calls for $0.05")
             .mime_type("application/json"),
-        // One deposit into an escrow channel, then a signed cumulative voucher
-        // per call, claimed on chain in batches (see `batch_body`).
-        Route::get("/batch/evm")
-            .offer(
-                Offer::batch_settlement(
-                    network,
-                    AtomicAmount::from(crate::BATCH_CEILING),
-                    &pay_to,
-                    authorizer,
+    ];
+    // batch-settlement needs a facilitator that speaks it (the in-process
+    // one does not): the route is served when the facilitator lists it.
+    if batch {
+        routes.push(
+            // One deposit into an escrow channel, then a signed cumulative voucher
+            // per call, claimed on chain in batches (see `batch_body`).
+            Route::get("/batch/evm")
+                .offer(
+                    Offer::batch_settlement(
+                        network,
+                        AtomicAmount::from(crate::BATCH_CEILING),
+                        &pay_to,
+                        authorizer,
+                    )
+                    .asset(asset.clone())
+                    .withdraw_delay(config.batch.withdraw_delay)
+                    .min_deposit(config.batch.min_deposit),
                 )
-                .asset(asset.clone())
-                .withdraw_delay(config.batch.withdraw_delay)
-                .min_deposit(config.batch.min_deposit),
-            )
-            .description("batch-settlement: up to 1000 atomic units per call, one deposit")
-            .mime_type("application/json"),
-    ]
+                .description("batch-settlement: up to 1000 atomic units per call, one deposit")
+                .mime_type("application/json"),
+        );
+    }
+    routes
+}
+
+/// Whether `GET /batch/evm` is served: when a hosted facilitator's
+/// `/supported` lists `batch-settlement` on the network (asked once, at
+/// start-up).
+async fn batch_enabled(config: &Config, facilitator: &dyn Facilitator) -> bool {
+    if !matches!(
+        config.facilitator,
+        FacilitatorConfig::Http { .. } | FacilitatorConfig::Failover { .. }
+    ) {
+        return false;
+    }
+    match facilitator.supported().await {
+        Ok(supported) => supported
+            .kinds
+            .iter()
+            .any(|k| k.scheme == x402_core::batch::BATCH_SETTLEMENT && k.network == config.network),
+        Err(e) => {
+            tracing::warn!(error = %e, "the facilitator's /supported did not answer; GET /batch/evm is not served");
+            false
+        }
+    }
 }
 
 /// Builds the payment engine (facilitator, route table, replay and session
@@ -179,8 +212,9 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
     // The browser paywall shows prices in dollars: tell it the configured
     // token's decimals (it knows the networks' own USDC already).
     let asset = config.asset.address.to_checksum(None);
+    let batch_on = batch_enabled(config, &*facilitator).await;
     let mut engine = Engine::builder_arc(facilitator.clone())
-        .routes(routes(config, authorizer))
+        .routes(routes(config, batch_on, authorizer))
         .public_origin(config.public_origin())
         .paywall_page(
             PaywallTheme::new()
@@ -263,22 +297,26 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
     // Claims the latest vouchers of every channel and settles them to
     // `pay_to`, every BATCH_CLAIM_INTERVAL_SECS (and sooner past
     // BATCH_CLAIM_THRESHOLD).
-    let claimer = config.batch.claim_interval.map(|interval| {
-        Claimer::new(
-            facilitator,
-            engine.batch_settlement(),
-            &config.network,
-            config.pay_to,
-            config.asset.address,
-        )
-        .spawn(
-            interval,
-            config
-                .batch
-                .claim_threshold
-                .map(alloy_primitives::U256::from),
-        )
-    });
+    let claimer = config
+        .batch
+        .claim_interval
+        .filter(|_| batch_on)
+        .map(|interval| {
+            Claimer::new(
+                facilitator,
+                engine.batch_settlement(),
+                &config.network,
+                config.pay_to,
+                config.asset.address,
+            )
+            .spawn(
+                interval,
+                config
+                    .batch
+                    .claim_threshold
+                    .map(alloy_primitives::U256::from),
+            )
+        });
     let (shutdown, _) = watch::channel(false);
     let state = AppState {
         dev_ledger,
@@ -288,6 +326,7 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
         shutdown: Arc::new(shutdown),
         webhook_worker: Arc::new(Mutex::new(webhook_worker)),
         close_enabled: is_loopback(config.host),
+        batch_enabled: batch_on,
         batch_charge: config.batch.charge,
         batch_runs: Arc::default(),
         batch_claimer: Arc::new(std::sync::Mutex::new(claimer)),

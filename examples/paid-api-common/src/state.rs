@@ -23,6 +23,9 @@ pub struct AppState {
     pub(crate) webhook_worker: Arc<Mutex<Option<WebhookWorker>>>,
     /// Whether `POST /close` may stop the server: bound to loopback.
     pub(crate) close_enabled: bool,
+    /// Whether `GET /batch/evm` is sold (the facilitator lists
+    /// batch-settlement).
+    pub(crate) batch_enabled: bool,
     /// What one `GET /batch/evm` call charges.
     pub(crate) batch_charge: u64,
     /// How many times the `GET /batch/evm` handler has run.
@@ -97,6 +100,13 @@ impl AppState {
     pub async fn wait_for_shutdown(&self) {
         let mut rx = self.shutdown.subscribe();
         let _ = rx.wait_for(|closed| *closed).await;
+    }
+
+    /// Whether `GET /batch/evm` is sold: the facilitator listed
+    /// `batch-settlement` on the network at start-up. Servers route it only
+    /// then (404 otherwise).
+    pub fn batch_enabled(&self) -> bool {
+        self.batch_enabled
     }
 
     /// How many times the `GET /batch/evm` handler has run.

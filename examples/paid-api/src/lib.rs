@@ -58,11 +58,14 @@ pub async fn app(config: Config) -> Result<(Router, AppState), Error> {
 
     // The engine's route table decides what is paid: `/health` and `/close`
     // are not in it, so they pass through the paywall for free.
-    let router = Router::new()
+    let mut paid = Router::new()
         .route("/exact/evm/eip3009", get(exact))
         .route("/upto/evm/permit2", get(upto))
-        .route("/session/demo", get(session))
-        .route("/batch/evm", get(batch))
+        .route("/session/demo", get(session));
+    if state.batch_enabled() {
+        paid = paid.route("/batch/evm", get(batch));
+    }
+    let router = paid
         .route("/health", get(health))
         .route("/close", post(close))
         .layer(PaywallLayer::new(engine.clone()))

@@ -5,7 +5,8 @@
 //! - `POST /verify`: `{"isValid":true,"payer":FROM}`;
 //! - `POST /settle`: `{"success":true,"transaction":"0x…","network":NETWORK,"payer":FROM}`,
 //!   a fresh transaction hash per call;
-//! - `GET /supported`: `exact` and `upto`, versions 1 and 2, on every network
+//! - `GET /supported`: `exact` and `upto`, versions 1 and 2, and
+//!   `batch-settlement` (version 2), on every network
 //!   in `FAKE_NETWORKS` (comma-separated CAIP-2 ids; by default Base Sepolia,
 //!   Base and anvil's 31337), plus the v1 names of those networks;
 //! - `GET /counts`: `{"verify":N,"settle":N,"supported":N}`, the calls so far;
@@ -149,6 +150,7 @@ fn supported_body(networks: &str) -> Bytes {
                 kinds.push(json!({ "x402Version": 1, "scheme": scheme, "network": v1 }));
             }
         }
+        kinds.push(json!({ "x402Version": 2, "scheme": "batch-settlement", "network": caip2 }));
     }
     Bytes::from(json!({ "kinds": kinds, "extensions": [], "signers": {} }).to_string())
 }
