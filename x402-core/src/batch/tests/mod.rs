@@ -648,6 +648,66 @@ mod redis {
         concurrent_calls_are_serialised(s, b"concurrent-redis").await;
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn two_instances_over_one_redis_serialise_a_channel() {
+        let store = store("instances").await.unwrap();
+        let chain = Arc::new(SimChain::default());
+        let batch = || BatchSettlement::new(store.clone()).authorizer(authorizer());
+        let a = seller_with(chain.clone(), batch());
+        // The second instance counts into the same handler counters.
+        let b = Seller {
+            runs: a.runs.clone(),
+            inside: a.inside.clone(),
+            most_inside: a.most_inside.clone(),
+            delay: Duration::from_millis(40),
+            ..seller_with(chain.clone(), batch())
+        };
+        let a = Arc::new(Seller {
+            delay: Duration::from_millis(40),
+            ..a
+        });
+        let b = Arc::new(b);
+        let buyer = Buyer::new(b"two instances", &a.accepted().await);
+        assert_eq!(
+            a.call(&buyer.deposit(100_000, PRICE)).await.status(),
+            StatusCode::OK
+        );
+        // Eight calls with the next voucher, alternating between instances.
+        let next = buyer.voucher(2 * PRICE);
+        let calls: Vec<_> = (0..8)
+            .map(|i| {
+                let s = if i % 2 == 0 { a.clone() } else { b.clone() };
+                let h = next.clone();
+                tokio::spawn(async move { s.call(&h).await.status() })
+            })
+            .collect();
+        let mut ok = 0;
+        for c in calls {
+            if c.await.unwrap() == StatusCode::OK {
+                ok += 1;
+            }
+        }
+        assert_eq!(
+            ok, 1,
+            "one call charged the cumulative 2000, on either instance"
+        );
+        assert_eq!(
+            a.most_inside.load(Ordering::SeqCst),
+            1,
+            "never two handlers at once"
+        );
+        assert_eq!(a.runs(), 2);
+        // The next voucher works on the other instance.
+        assert_eq!(
+            b.call(&buyer.voucher(3 * PRICE)).await.status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            a.call(&buyer.voucher(4 * PRICE)).await.status(),
+            StatusCode::OK
+        );
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_restart_loses_no_charged_amount() {
         let store = store("restart").await.unwrap();
