@@ -21,7 +21,7 @@ use x402_tests::batch_chain::{BatchChain, SELLER_AUTHORIZER_KEY};
 struct Seller {
     base: String,
     state: AppState,
-    task: tokio::task::JoinHandle<Result<(), paid_api::Error>>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for Seller {
@@ -51,12 +51,31 @@ fn config(chain: &BatchChain, batch: BatchConfig, redis: Option<String>) -> Conf
     }
 }
 
+/// `examples/paid-api` (axum).
 async fn start(config: Config) -> Seller {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let config = config.bound_to(listener.local_addr().unwrap());
     let (router, state) = paid_api::app(config).await.unwrap();
+    assert!(
+        state.batch_enabled(),
+        "the facilitator lists batch-settlement"
+    );
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let task = tokio::spawn(paid_api::serve(listener, router, state.clone()));
+    let serve = paid_api::serve(listener, router, state.clone());
+    let task = tokio::spawn(async move {
+        let _ = serve.await;
+    });
+    Seller { base, state, task }
+}
+
+/// `examples/paid-api-actix`, from the same configuration.
+async fn start_actix(config: Config) -> Seller {
+    let server = paid_api_actix::server(config).await.unwrap();
+    let base = format!("http://{}", server.local_addr());
+    let state = server.state().clone();
+    let task = tokio::spawn(async move {
+        let _ = server.run().await;
+    });
     Seller { base, state, task }
 }
 
@@ -97,9 +116,14 @@ fn runs_in_bodies(pay: &x402_tests::batch_chain::BatchPay) -> Vec<u64> {
         .collect()
 }
 
-async fn fifty_calls(batch: BatchConfig) {
+async fn fifty_calls(batch: BatchConfig, actix: bool) {
     let chain = BatchChain::start().await;
-    let seller = start(config(&chain, batch, None)).await;
+    let config = config(&chain, batch, None);
+    let seller = if actix {
+        start_actix(config).await
+    } else {
+        start(config).await
+    };
     let before = chain.balance_of(chain.seller).await;
 
     let pay = chain
@@ -188,11 +212,27 @@ async fn fifty_calls(batch: BatchConfig) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_calls_one_deposit_seller_signed_claims() {
-    fifty_calls(BatchConfig {
-        authorizer_key: Some(SELLER_AUTHORIZER_KEY.to_owned()),
-        claim_interval: Some(Duration::from_secs(1)),
-        ..BatchConfig::default()
-    })
+    fifty_calls(
+        BatchConfig {
+            authorizer_key: Some(SELLER_AUTHORIZER_KEY.to_owned()),
+            claim_interval: Some(Duration::from_secs(1)),
+            ..BatchConfig::default()
+        },
+        false,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_calls_one_deposit_through_the_actix_example() {
+    fifty_calls(
+        BatchConfig {
+            authorizer_key: Some(SELLER_AUTHORIZER_KEY.to_owned()),
+            claim_interval: Some(Duration::from_secs(1)),
+            ..BatchConfig::default()
+        },
+        true,
+    )
     .await;
 }
 
@@ -200,11 +240,14 @@ async fn fifty_calls_one_deposit_seller_signed_claims() {
 async fn fifty_calls_one_deposit_facilitator_signed_claims() {
     // No key: the route names the facilitator's receiverAuthorizer (from its
     // /supported), and the facilitator signs the claims.
-    fifty_calls(BatchConfig {
-        authorizer_key: None,
-        claim_interval: Some(Duration::from_secs(1)),
-        ..BatchConfig::default()
-    })
+    fifty_calls(
+        BatchConfig {
+            authorizer_key: None,
+            claim_interval: Some(Duration::from_secs(1)),
+            ..BatchConfig::default()
+        },
+        false,
+    )
     .await;
 }
 
