@@ -314,3 +314,38 @@ async fn a_restart_in_the_middle_of_a_run_loses_no_charged_amount() {
         U256::from(50_000u64)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_clients_refund_closes_the_channel() {
+    let chain = BatchChain::start().await;
+    let seller = start(config(
+        &chain,
+        BatchConfig {
+            authorizer_key: Some(SELLER_AUTHORIZER_KEY.to_owned()),
+            claim_interval: None,
+            ..BatchConfig::default()
+        },
+        None,
+    ))
+    .await;
+    let buyer_before = chain.balance_of(chain.buyer).await;
+    let url = format!("{}/batch/evm", seller.base);
+    let pay = chain
+        .pay(&url, 5, &["--deposit", "20000", "--refund", "all"])
+        .await;
+    pay.assert_ran();
+    every_call_paid(&pay, 5);
+    assert_eq!(seller.state.batch_runs(), 5, "the refund ran no handler");
+    let refund = &pay.json["refund"];
+    assert_eq!(refund["success"], true, "{refund}: {}", pay.stderr);
+    assert_eq!(refund["amount"], "15000");
+    // The refund claimed the 5 calls' charges and returned the rest.
+    let channel = chain.channel(pay.channel_id()).await;
+    assert_eq!((channel.balance, channel.total_claimed), (5_000, 5_000));
+    assert_eq!(
+        buyer_before - chain.balance_of(chain.buyer).await,
+        U256::from(5_000u64),
+        "the buyer paid the five calls and got the rest back"
+    );
+    assert_eq!(chain.refund_nonce(pay.channel_id()).await, U256::from(1u64));
+}
