@@ -27,8 +27,13 @@
 #   SKIP_REDIS=1       skip the Redis paths
 #   SKIP_MEMORY=1      skip the 60 s memory run
 #   PATHS="..."        run only these paths, of: baseline floor challenge
-#                      paid-memory paid-redis http-floor paid-http http-peer
-#                      session-floor session-redis memory
+#                      paid-memory paid-redis http-floor paid-http batch-http
+#                      http-peer session-floor session-redis memory
+#                      (batch-http: GET /batch/evm, one batch-settlement
+#                      channel per connection opened by a deposit before the
+#                      clock, then a voucher per call, checked in process;
+#                      compare it with paid-http, the exact path through the
+#                      same HTTP facilitator)
 #   SKIP_PEER=1        do not build or run the x402-rs peer (bench/peer-x402rs)
 #   PERF=0             do not profile the paid path with perf (default: profile if perf works)
 #   PERF_SECONDS=5     length of the perf capture
@@ -45,7 +50,7 @@ MEM_DURATION="${MEM_DURATION:-60}"
 MEM_RATE="${MEM_RATE:-500}"
 MEM_EVERY="${MEM_EVERY:-5}"
 MEM_VALID_FOR="${MEM_VALID_FOR:-60}"
-PATHS=" ${PATHS:-baseline floor challenge paid-memory paid-redis http-floor paid-http http-peer session-floor session-redis memory} "
+PATHS=" ${PATHS:-baseline floor challenge paid-memory paid-redis http-floor paid-http batch-http http-peer session-floor session-redis memory} "
 want() { [[ "$PATHS" == *" $1 "* ]]; }
 CONNECTIONS="${CONNECTIONS:-32}"
 PAID_MAX="${PAID_MAX:-60000}"
@@ -162,7 +167,7 @@ fi
 # One for the whole run, on loopback: it accepts every payment and counts
 # the calls (bench/loadgen/src/bin/fake-facilitator.rs).
 FACILITATOR=""
-if want http-floor || want paid-http || want http-peer; then
+if want http-floor || want paid-http || want batch-http || want http-peer; then
     "${PIN_SERVER[@]}" env HOST=127.0.0.1 PORT=0 "$BIN/fake-facilitator" \
         > "$OUT/fake-facilitator.out" 2> "$OUT/fake-facilitator.log" &
     PIDS+=("$!")
@@ -292,8 +297,8 @@ for ROUND in $(seq 1 "$ROUNDS"); do
     # their two calls to the same fake facilitator, in alternating order
     # from round to round.
     if [ -n "$FACILITATOR" ]; then
-        http_paths=(http-floor paid-http http-peer)
-        [ $(( ROUND % 2 )) = 0 ] && http_paths=(http-peer paid-http http-floor)
+        http_paths=(http-floor paid-http batch-http http-peer)
+        [ $(( ROUND % 2 )) = 0 ] && http_paths=(http-peer batch-http paid-http http-floor)
         for p in "${http_paths[@]}"; do
             want "$p" || continue
             case "$p" in
@@ -304,6 +309,18 @@ for ROUND in $(seq 1 "$ROUNDS"); do
                 paid-http)
                     log "round $ROUND/$ROUNDS, paid exact path through the HTTP facilitator (paid-api, in-memory claims)"
                     start_server paid-http paid-api FACILITATOR_URL="http://$FACILITATOR"
+                    ;;
+                batch-http)
+                    log "round $ROUND/$ROUNDS, batch-settlement voucher path (paid-api /batch/evm, channels in memory, the same HTTP facilitator for the deposits)"
+                    # A public test key (anvil's account 5) as the seller's
+                    # receiver authorizer; no claimer during the run.
+                    start_server batch-http paid-api FACILITATOR_URL="http://$FACILITATOR" \
+                        BATCH_RECEIVER_AUTHORIZER_KEY=0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba \
+                        BATCH_CLAIM_INTERVAL_SECS=0
+                    run_load "$p" --mode batch --path /batch/evm \
+                        --duration "$DURATION" --max-requests "$PAID_MAX" --expect 200
+                    stop_server
+                    continue
                     ;;
                 http-peer)
                     [ -n "$PEER" ] || continue

@@ -37,6 +37,7 @@
 pub mod actix;
 pub mod adapters;
 pub mod anvil;
+pub mod batch_chain;
 pub mod boundary;
 pub mod capabilities;
 pub mod client;

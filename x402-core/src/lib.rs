@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
 
+pub mod batch;
 pub mod bazaar;
 pub mod boundary;
 #[cfg(any(feature = "http-facilitator", feature = "svm-rpc"))]

@@ -5,6 +5,8 @@
 use alloy_primitives::{keccak256, B256};
 use alloy_signer_local::PrivateKeySigner;
 
+pub mod batch;
+
 /// Where the bench server answers its allocation counts.
 pub const ALLOCATIONS_PATH: &str = "/__bench/allocations";
 

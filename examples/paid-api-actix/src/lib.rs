@@ -29,7 +29,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use actix_web::{dev::ServerHandle, web, App, HttpResponse, HttpServer};
 use paid_api_common::{
-    close_body, exact_body, health_body, metrics_handle, openapi_info, session_body,
+    batch_body, close_body, exact_body, health_body, metrics_handle, openapi_info, session_body,
     shutdown_signal, siwx_body, upto_body,
 };
 use x402_actix::{Discovery, Payment, PaywallLayer, UsageMeter};
@@ -56,6 +56,7 @@ pub fn routes(config: &mut web::ServiceConfig) {
         .route("/upto/evm/permit2", web::get().to(upto))
         .route("/session/demo", web::get().to(session))
         .route("/siwx/demo", web::get().to(siwx))
+        .route("/batch/evm", web::get().to(batch))
         .route("/health", web::get().to(health))
         .route("/close", web::post().to(close));
 }
@@ -148,6 +149,7 @@ impl Server {
     /// webhooks go out (up to [`SHUTDOWN_GRACE`]).
     pub async fn run(self) -> Result<(), Error> {
         self.server.await?;
+        self.state.stop_claimer();
         self.state.stop_webhooks(SHUTDOWN_GRACE).await;
         Ok(())
     }
@@ -167,6 +169,18 @@ async fn exact(state: web::Data<AppState>, Payment(payment): Payment) -> HttpRes
 /// ([`UPTO_CHARGE`]).
 async fn upto(UsageMeter(meter): UsageMeter) -> HttpResponse {
     HttpResponse::Ok().json(upto_body(&meter))
+}
+
+/// `GET /batch/evm`: batch-settlement; reports the call's cost through the
+/// meter and counts the run.
+/// Not sold (the facilitator does not list batch-settlement): 404.
+async fn batch(state: web::Data<AppState>, meter: Option<UsageMeter>) -> HttpResponse {
+    match meter {
+        Some(UsageMeter(meter)) if state.batch_enabled() => {
+            HttpResponse::Ok().json(batch_body(&state, &meter))
+        }
+        _ => HttpResponse::NotFound().finish(),
+    }
 }
 
 /// `GET /session/demo`: paid per call, or redeemed from a prepaid session.

@@ -30,6 +30,22 @@ pub fn upto_body(meter: &Meter) -> Value {
     message_body("Paid content: upto (metered)")
 }
 
+/// `GET /batch/evm` (`batch-settlement`): reports the call's cost through
+/// the `meter` (`BATCH_CHARGE`), counts the run, and returns
+/// `{"message": "Paid content: batch-settlement", "run": N, ...}`.
+pub fn batch_body(state: &crate::AppState, meter: &Meter) -> Value {
+    meter.set(state.batch_charge);
+    let run = state
+        .batch_runs
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        + 1;
+    let mut body = message_body("Paid content: batch-settlement");
+    if let Value::Object(map) = &mut body {
+        map.insert("run".into(), json!(run));
+    }
+    body
+}
+
 /// `GET /session/demo` (paid per call, or redeemed from a prepaid session):
 /// `{"message": "Paid content: session demo", "timestamp": ...}`, with
 /// `sessionCallsRemaining` when the call was redeemed from a session.

@@ -195,6 +195,8 @@ pub struct Config {
     /// hex digits): set the same one on every instance sharing Redis.
     /// Random per process when unset.
     pub siwx_nonce_key: Option<String>,
+    /// The `batch-settlement` route (`BATCH_*`).
+    pub batch: crate::BatchConfig,
 }
 
 impl std::fmt::Debug for Config {
@@ -229,6 +231,7 @@ impl std::fmt::Debug for Config {
                 "siwx_nonce_key",
                 &self.siwx_nonce_key.as_ref().map(|_| "<redacted>"),
             )
+            .field("batch", &self.batch)
             .finish()
     }
 }
@@ -255,6 +258,7 @@ impl Config {
             redis_cluster_urls: Vec::new(),
             webhook: None,
             siwx_nonce_key: None,
+            batch: crate::BatchConfig::default(),
         }
     }
 
@@ -281,7 +285,13 @@ impl Config {
     ///   same, and for sign-in-with-x (unset: in-memory stores, one process);
     /// - `WEBHOOK_URL` + `WEBHOOK_SECRET`;
     /// - `SIWX_NONCE_KEY`: 64 hex digits, the key of sign-in-with-x nonces,
-    ///   the same on every instance (unset: random per process).
+    ///   the same on every instance (unset: random per process);
+    /// - the `batch-settlement` route: `BATCH_RECEIVER_AUTHORIZER_KEY`
+    ///   (unset: the facilitator's authorizer signs claims and refunds),
+    ///   `BATCH_WITHDRAW_DELAY` (900), `BATCH_MIN_DEPOSIT` (100 000),
+    ///   `BATCH_CHARGE` (1000), `BATCH_CLAIM_INTERVAL_SECS` (60; 0: no
+    ///   claimer), `BATCH_CLAIM_THRESHOLD`, `BATCH_ESCROW_ADDRESS` (see
+    ///   [`BatchConfig`](crate::BatchConfig)).
     pub fn from_env() -> Result<Self, Error> {
         Self::from_lookup(|name| env::var(name).ok().filter(|v| !v.trim().is_empty()))
     }
@@ -395,6 +405,7 @@ impl Config {
                 ))
             }
         };
+        config.batch = crate::BatchConfig::from_lookup(&var)?;
         Ok(config)
     }
 

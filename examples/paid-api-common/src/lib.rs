@@ -24,6 +24,7 @@
 //! | `GET /upto/evm/permit2` | `upto`, ceiling 2000 atomic units; the handler charges 1000 |
 //! | `GET /session/demo` | $0.001 per call, or a prepaid session: 100 calls for $0.05 |
 //! | `GET /siwx/demo` | $0.001 once, then sign-in-with-x (no payment) for an hour |
+//! | `GET /batch/evm` | `batch-settlement`: one deposit, then a signed voucher per call; ceiling 1000 atomic units per call, charges `BATCH_CHARGE` (default 1000); served when the hosted facilitator lists `batch-settlement` |
 //! | `GET /health` | free |
 //! | `GET /.well-known/x402`, `GET /.well-known/x402/openapi.json` | free; discovery and OpenAPI documents of the paid routes |
 //! | `GET /metrics` | free; Prometheus counters (keep it off the public internet) |
@@ -66,13 +67,16 @@ use std::{sync::OnceLock, time::Duration};
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
+mod batch;
 mod body;
 mod config;
 mod payments;
 mod state;
 
+pub use self::batch::{BatchConfig, BATCH_CEILING};
 pub use self::body::{
-    close_body, exact_body, health_body, message_body, session_body, siwx_body, timestamp,
+    batch_body, close_body, exact_body, health_body, message_body, session_body, siwx_body,
+    timestamp,
     upto_body,
 };
 pub(crate) use self::config::config_error;

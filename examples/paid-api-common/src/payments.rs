@@ -5,6 +5,7 @@ use std::{sync::Arc, time::Duration};
 
 use tokio::sync::{watch, Mutex};
 use x402_core::{
+    batch::{BatchSettlement, Claimer, RedisChannelStore},
     claim::{RedisClaimStore, ReplayGuard},
     discovery::OpenApiInfo,
     facilitator::{FailoverFacilitator, HttpFacilitator},
@@ -98,13 +99,33 @@ async fn facilitator(
     })
 }
 
+/// The batch-settlement receiver authorizer the seller signs with, when
+/// `BATCH_RECEIVER_AUTHORIZER_KEY` is set.
+fn batch_signer(config: &Config) -> Result<Option<alloy_signer_local::PrivateKeySigner>, Error> {
+    config
+        .batch
+        .authorizer_key
+        .as_deref()
+        .map(|key| {
+            key.trim().parse().map_err(|_| {
+                // Never the key itself.
+                config_error("BATCH_RECEIVER_AUTHORIZER_KEY is not a 32-byte hex private key")
+            })
+        })
+        .transpose()
+}
+
 /// The paid routes: what is sold, where, for how much. Change prices here.
-fn routes(config: &Config) -> Vec<Route> {
+fn routes(
+    config: &Config,
+    batch: bool,
+    authorizer: Option<alloy_primitives::Address>,
+) -> Vec<Route> {
     let network = config.network.as_str();
     let pay_to = config.pay_to.to_checksum(None);
     let asset = config.asset.asset();
     let exact = |price: &str| Offer::exact(network, price, &pay_to).asset(asset.clone());
-    vec![
+    let mut routes = vec![
         // $0.001 per call, paid with an EIP-3009 authorization.
         Route::get("/exact/evm/eip3009")
             .offer(exact("$0.001"))
@@ -141,7 +162,52 @@ fn routes(config: &Config) -> Vec<Route> {
             )
             .description("Pay $0.001 once, then sign in for an hour")
             .mime_type("application/json"),
-    ]
+        ];
+    // batch-settlement needs a facilitator that speaks it (the in-process
+    // one does not): the route is served when the facilitator lists it.
+    if batch {
+        routes.push(
+            // One deposit into an escrow channel, then a signed cumulative voucher
+            // per call, claimed on chain in batches (see `batch_body`).
+            Route::get("/batch/evm")
+                .offer(
+                    Offer::batch_settlement(
+                        network,
+                        AtomicAmount::from(crate::BATCH_CEILING),
+                        &pay_to,
+                        authorizer,
+                    )
+                    .asset(asset.clone())
+                    .withdraw_delay(config.batch.withdraw_delay)
+                    .min_deposit(config.batch.min_deposit),
+                )
+                .description("batch-settlement: up to 1000 atomic units per call, one deposit")
+                .mime_type("application/json"),
+        );
+    }
+    routes
+}
+
+/// Whether `GET /batch/evm` is served: when a hosted facilitator's
+/// `/supported` lists `batch-settlement` on the network (asked once, at
+/// start-up).
+async fn batch_enabled(config: &Config, facilitator: &dyn Facilitator) -> bool {
+    if !matches!(
+        config.facilitator,
+        FacilitatorConfig::Http { .. } | FacilitatorConfig::Failover { .. }
+    ) {
+        return false;
+    }
+    match facilitator.supported().await {
+        Ok(supported) => supported
+            .kinds
+            .iter()
+            .any(|k| k.scheme == x402_core::batch::BATCH_SETTLEMENT && k.network == config.network),
+        Err(e) => {
+            tracing::warn!(error = %e, "the facilitator's /supported did not answer; GET /batch/evm is not served");
+            false
+        }
+    }
 }
 
 /// Builds the payment engine (facilitator, route table, replay and session
@@ -156,11 +222,16 @@ fn routes(config: &Config) -> Vec<Route> {
 /// ([`AppState::close_enabled`]) is decided from `config.host`.
 pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
     let (facilitator, dev_ledger) = facilitator(config).await?;
+    let signer = batch_signer(config)?;
+    let authorizer = signer
+        .as_ref()
+        .map(alloy_signer_local::PrivateKeySigner::address);
     // The browser paywall shows prices in dollars: tell it the configured
     // token's decimals (it knows the networks' own USDC already).
     let asset = config.asset.address.to_checksum(None);
-    let mut engine = Engine::builder_arc(facilitator)
-        .routes(routes(config))
+    let batch_on = batch_enabled(config, &*facilitator).await;
+    let mut engine = Engine::builder_arc(facilitator.clone())
+        .routes(routes(config, batch_on, authorizer))
         .public_origin(config.public_origin())
         .paywall_page(
             PaywallTheme::new()
@@ -196,6 +267,30 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
         sign_in = sign_in.store(store);
     }
     engine = engine.sign_in_with_x(sign_in);
+    // Batch-settlement channels: with the claims and sessions (Redis keeps
+    // what was charged and not claimed yet across restarts).
+    let mut batch = if let Some(url) = &config.redis_url {
+        BatchSettlement::new(
+            RedisChannelStore::connect(url)
+                .await
+                .map_err(|e| redis(&e))?,
+        )
+    } else if !cluster.is_empty() {
+        BatchSettlement::new(
+            RedisChannelStore::connect_cluster(cluster)
+                .await
+                .map_err(|e| redis(&e))?,
+        )
+    } else {
+        BatchSettlement::in_memory()
+    };
+    if let Some(signer) = signer {
+        batch = batch.authorizer(signer);
+    }
+    if let Some(escrow) = config.batch.escrow {
+        batch = batch.contract(escrow);
+    }
+    engine = engine.batch_settlement(batch);
     if let Some(url) = &config.redis_url {
         let claims = RedisClaimStore::connect(url).await.map_err(|e| redis(&e))?;
         let sessions = RedisSessionStore::connect(url)
@@ -247,6 +342,29 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
     }
 
     let engine = engine.build()?;
+    // Claims the latest vouchers of every channel and settles them to
+    // `pay_to`, every BATCH_CLAIM_INTERVAL_SECS (and sooner past
+    // BATCH_CLAIM_THRESHOLD).
+    let claimer = config
+        .batch
+        .claim_interval
+        .filter(|_| batch_on)
+        .map(|interval| {
+            Claimer::new(
+                facilitator,
+                engine.batch_settlement(),
+                &config.network,
+                config.pay_to,
+                config.asset.address,
+            )
+            .spawn(
+                interval,
+                config
+                    .batch
+                    .claim_threshold
+                    .map(alloy_primitives::U256::from),
+            )
+        });
     let (shutdown, _) = watch::channel(false);
     let state = AppState {
         dev_ledger,
@@ -258,6 +376,10 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
         close_enabled: is_loopback(config.host),
         exact_runs: Default::default(),
         siwx_runs: Arc::default(),
+        batch_enabled: batch_on,
+        batch_charge: config.batch.charge,
+        batch_runs: Arc::default(),
+        batch_claimer: Arc::new(std::sync::Mutex::new(claimer)),
     };
     Ok((engine, state))
 }
@@ -265,6 +387,7 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
 /// The `info` of the OpenAPI document both example servers serve at
 /// `/.well-known/x402/openapi.json`.
 pub fn openapi_info() -> OpenApiInfo {
-    OpenApiInfo::new("paid-api", env!("CARGO_PKG_VERSION"))
-        .description("An x402 example API: exact, upto, prepaid-session and sign-in-with-x routes.")
+    OpenApiInfo::new("paid-api", env!("CARGO_PKG_VERSION")).description(
+        "An x402 example API: exact, upto, prepaid-session, sign-in-with-x and batch-settlement routes.",
+    )
 }

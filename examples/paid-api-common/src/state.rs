@@ -34,6 +34,15 @@ pub struct AppState {
     pub(crate) exact_runs: Arc<AtomicU64>,
     /// How many times the `GET /siwx/demo` handler ran.
     pub(crate) siwx_runs: Arc<std::sync::atomic::AtomicU64>,
+    /// Whether `GET /batch/evm` is sold (the facilitator lists
+    /// batch-settlement).
+    pub(crate) batch_enabled: bool,
+    /// What one `GET /batch/evm` call charges.
+    pub(crate) batch_charge: u64,
+    /// How many times the `GET /batch/evm` handler has run.
+    pub(crate) batch_runs: Arc<std::sync::atomic::AtomicU64>,
+    /// The batch-settlement claimer's task, when one runs.
+    pub(crate) batch_claimer: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
 impl AppState {
@@ -117,6 +126,31 @@ impl AppState {
     pub async fn wait_for_shutdown(&self) {
         let mut rx = self.shutdown.subscribe();
         let _ = rx.wait_for(|closed| *closed).await;
+    }
+
+    /// Whether `GET /batch/evm` is sold: the facilitator listed
+    /// `batch-settlement` on the network at start-up. Servers route it only
+    /// then (404 otherwise).
+    pub fn batch_enabled(&self) -> bool {
+        self.batch_enabled
+    }
+
+    /// How many times the `GET /batch/evm` handler has run.
+    pub fn batch_runs(&self) -> u64 {
+        self.batch_runs.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Stops the batch-settlement claimer, if one runs (vouchers not
+    /// claimed yet stay in the channel store for the next start).
+    pub fn stop_claimer(&self) {
+        let task = self
+            .batch_claimer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(task) = task {
+            task.abort();
+        }
     }
 
     /// Stops the webhook worker, if any, letting pending deliveries finish

@@ -34,8 +34,8 @@ use axum::{
     Json, Router,
 };
 use paid_api_common::{
-    close_body, engine, exact_body, health_body, is_loopback, metrics_handle, openapi_info,
-    session_body, shutdown_signal, siwx_body, upto_body,
+    batch_body, close_body, engine, exact_body, health_body, is_loopback, metrics_handle,
+    openapi_info, session_body, shutdown_signal, siwx_body, upto_body,
 };
 use serde_json::Value;
 use x402_axum::{
@@ -58,11 +58,15 @@ pub async fn app(config: Config) -> Result<(Router, AppState), Error> {
 
     // The engine's route table decides what is paid: `/health` and `/close`
     // are not in it, so they pass through the paywall for free.
-    let router = Router::new()
+    let mut paid = Router::new()
         .route("/exact/evm/eip3009", get(exact))
         .route("/upto/evm/permit2", get(upto))
         .route("/session/demo", get(session))
-        .route("/siwx/demo", get(siwx))
+        .route("/siwx/demo", get(siwx));
+    if state.batch_enabled() {
+        paid = paid.route("/batch/evm", get(batch));
+    }
+    let router = paid
         .route("/health", get(health))
         .route("/close", post(close))
         .layer(PaywallLayer::new(engine.clone()))
@@ -104,6 +108,7 @@ pub async fn serve(
             }
         })
         .await?;
+    state.stop_claimer();
     state.stop_webhooks(WEBHOOK_GRACE).await;
     Ok(())
 }
@@ -131,6 +136,12 @@ async fn session(Payment(payment): Payment) -> Json<Value> {
 /// `GET /siwx/demo`: paid $0.001 once, then sign-in-with-x for an hour.
 async fn siwx(State(state): State<AppState>, Payment(payment): Payment) -> Json<Value> {
     Json(siwx_body(&payment, state.siwx_run()))
+}
+
+/// `GET /batch/evm`: batch-settlement; reports the call's cost through the
+/// meter and counts the run.
+async fn batch(State(state): State<AppState>, UsageMeter(meter): UsageMeter) -> Json<Value> {
+    Json(batch_body(&state, &meter))
 }
 
 /// `GET /health`: free.

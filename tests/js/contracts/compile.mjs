@@ -7,6 +7,9 @@
 //   contracts/TestPermit2.sol -> TestPermit2.json, TestX402UptoPermit2Proxy.json,
 //                                TestX402ExactPermit2Proxy.json
 //   contracts/TestSiwxWallet.sol -> TestSiwxWallet.json
+//   contracts/TestBatchSettlement.sol -> TestBatchSettlement.json,
+//                                TestErc3009DepositCollector.json, TestPermit2DepositCollector.json,
+//                                TestMulticall3.json
 //
 // Usage: node contracts/compile.mjs        (or: npm run compile)
 //
@@ -29,6 +32,10 @@ const targets = [
     contracts: ["TestPermit2", "TestX402UptoPermit2Proxy", "TestX402ExactPermit2Proxy"],
   },
   { sourceFile: "TestSiwxWallet.sol", contracts: ["TestSiwxWallet"] },
+  {
+    sourceFile: "TestBatchSettlement.sol",
+    contracts: ["TestBatchSettlement", "TestErc3009DepositCollector", "TestPermit2DepositCollector", "TestMulticall3"],
+  },
 ];
 
 const settings = {

@@ -23,6 +23,7 @@ pub struct EngineBuilder {
     payment_ids: crate::payment_id::PaymentIdentifiers,
     sign_in: crate::siwx::SignInConfig,
     pending_retry: PendingRetry,
+    batch: crate::batch::BatchSettlement,
 }
 
 impl fmt::Debug for EngineBuilder {
@@ -142,6 +143,13 @@ impl EngineBuilder {
     /// Replaces the browser paywall page.
     pub fn paywall_page(mut self, paywall: impl PaywallPage) -> Self {
         self.paywall = Arc::new(paywall);
+        self
+    }
+
+    /// The [`batch-settlement`](crate::batch) scheme's channel state and
+    /// receiver-authorizer signer (default: channels in memory, no signer).
+    pub fn batch_settlement(mut self, batch: crate::batch::BatchSettlement) -> Self {
+        self.batch = batch;
         self
     }
 
@@ -403,6 +411,7 @@ impl EngineBuilder {
                 payment_ids: self.payment_ids,
                 sign_in: self.sign_in,
                 pending_retry: self.pending_retry,
+                batch: self.batch,
             }),
         })
     }
@@ -434,6 +443,7 @@ impl Engine {
             payment_ids: crate::payment_id::PaymentIdentifiers::memory(),
             sign_in: crate::siwx::SignInConfig::new(),
             pending_retry: PendingRetry::default(),
+            batch: crate::batch::BatchSettlement::default(),
         }
     }
 }

@@ -248,6 +248,18 @@ impl Engine {
             return refuse(Refusal::NoMatchingRequirements, Some(version), None);
         };
         let offer = matched.offer;
+        if offer.requirements.scheme == crate::batch::BATCH_SETTLEMENT {
+            let offer = offer.clone();
+            return Box::pin(self.pay_batch(
+                compiled,
+                resolved.clone(),
+                resource.clone(),
+                enriched.clone(),
+                payload,
+                offer,
+            ))
+            .await;
+        }
         if !matching::transfer_method_matches(&offer.requirements, payload.payload()) {
             tracing::debug!("x402: payment's transfer method is not the one offered");
             return refuse(Refusal::NoMatchingRequirements, Some(version), None);

@@ -75,6 +75,7 @@ use crate::{
     session::{MemorySessionStore, Redemption, SessionStore, SessionToken, X_PAYMENT_SESSION},
 };
 
+mod batch;
 mod body;
 mod builder;
 mod decide;
@@ -149,6 +150,8 @@ struct Inner {
     sign_in: crate::siwx::SignInConfig,
     /// [`EngineBuilder::settlement_pending_retry`].
     pending_retry: PendingRetry,
+    /// The batch-settlement channels ([`EngineBuilder::batch_settlement`]).
+    batch: crate::batch::BatchSettlement,
 }
 
 impl fmt::Debug for Engine {
@@ -180,6 +183,12 @@ impl Engine {
     /// The facilitator.
     pub fn facilitator(&self) -> &Arc<dyn Facilitator> {
         &self.inner.facilitator
+    }
+
+    /// The [`batch-settlement`](crate::batch) state (for a
+    /// [`Claimer`](crate::batch::Claimer)).
+    pub fn batch_settlement(&self) -> &crate::batch::BatchSettlement {
+        &self.inner.batch
     }
 
     /// Every offer with a fixed price, as declared (no I/O): those of the

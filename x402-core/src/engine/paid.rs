@@ -70,6 +70,8 @@ pub(super) enum Kind {
     /// Settled before its handler: the receipt's headers, for the
     /// handler's response.
     Settled(HeaderMap),
+    /// A batch-settlement voucher or deposit, its channel held.
+    Batch(Box<super::batch::BatchCall>),
     /// Handed to its settlement task; or nothing to settle (a request
     /// that passed by sign-in-with-x).
     Spent,
@@ -149,7 +151,7 @@ impl PaidRequest {
         match &self.kind {
             Kind::Payment(p) => p.timing,
             Kind::Settled(_) => SettlementTiming::BeforeHandler,
-            Kind::Session { .. } | Kind::Spent => SettlementTiming::AfterHandler,
+            Kind::Session { .. } | Kind::Batch(_) | Kind::Spent => SettlementTiming::AfterHandler,
         }
     }
 
@@ -180,7 +182,11 @@ impl PaidRequest {
         };
         let (mut parts, body) = response.into_parts();
         let failed = parts.status.is_client_error() || parts.status.is_server_error();
-        let holds = !failed && matches!(self.kind, Kind::Payment(_) | Kind::Session { .. });
+        let holds = !failed
+            && matches!(
+                self.kind,
+                Kind::Payment(_) | Kind::Session { .. } | Kind::Batch(_)
+            );
         if !holds {
             return Ok(
                 match self.complete(parts.status, &mut parts.headers).await {
@@ -242,11 +248,33 @@ impl PaidRequest {
                 self.finished = true;
                 return Completion::Deliver;
             }
-            Kind::Payment(_) | Kind::Session { .. } => {}
+            Kind::Payment(_) | Kind::Session { .. } | Kind::Batch(_) => {}
         }
         if status.is_client_error() || status.is_server_error() {
             self.cancel(CancelReason::HandlerFailed(status)).await;
             return Completion::Deliver;
+        }
+        if let Kind::Batch(call) = &self.kind {
+            let charge = match charge(
+                &self.payment,
+                call.decimals,
+                &call.meter,
+                overrides.as_ref(),
+            ) {
+                Ok(charge) => charge,
+                Err(()) => {
+                    self.cancel(CancelReason::HandlerAborted).await;
+                    return Completion::Replace(response::invalid_override_response());
+                }
+            };
+            return match self.settle_batch(charge).await {
+                Ok(receipt_headers) => {
+                    response::expose(headers);
+                    headers.extend(receipt_headers);
+                    Completion::Deliver
+                }
+                Err(response) => Completion::Replace(response),
+            };
         }
         let state = match &self.kind {
             Kind::Session { remaining, .. } => {
@@ -258,7 +286,7 @@ impl PaidRequest {
                 return Completion::Deliver;
             }
             Kind::Payment(state) => state,
-            Kind::Settled(_) | Kind::Spent => return Completion::Deliver,
+            Kind::Settled(_) | Kind::Batch(_) | Kind::Spent => return Completion::Deliver,
         };
         let charge = match &state.meter {
             None => {
@@ -267,7 +295,7 @@ impl PaidRequest {
                 }
                 None
             }
-            Some(meter) => match charge(&self.payment, state, meter, overrides.as_ref()) {
+            Some(meter) => match charge(&self.payment, state.decimals, meter, overrides.as_ref()) {
                 Ok(charge) => Some(charge),
                 Err(()) => {
                     self.cancel(CancelReason::HandlerAborted).await;
@@ -338,7 +366,30 @@ impl PaidRequest {
                     hook.on_payment_canceled(&ctx, reason).await;
                 }
             }
+            Kind::Batch(call) => {
+                super::batch::release(&self.engine, &call.channel_id, call.hold, call.created)
+                    .await;
+            }
             Kind::Settled(_) | Kind::Spent => {}
+        }
+    }
+
+    /// Commits a batch-settlement call on a task of its own, which runs to
+    /// completion even if this request is dropped meanwhile.
+    async fn settle_batch(&mut self, charge: AtomicAmount) -> Result<HeaderMap, EngineResponse> {
+        self.finished = true;
+        let Kind::Batch(call) = std::mem::replace(&mut self.kind, Kind::Spent) else {
+            return Ok(HeaderMap::new());
+        };
+        let work = super::batch::finish(self.engine.clone(), self.route.clone(), call, charge);
+        match self.engine.run_to_completion(Box::pin(work)).await {
+            Some(result) => result,
+            None => Err(response::refusal_response(
+                &Refusal::SettlementUnknown,
+                None,
+                Some(self.payment.version),
+                self.payment.payer.as_deref(),
+            )),
         }
     }
 
@@ -392,7 +443,7 @@ impl PaidRequest {
 /// ceiling; capped at the ceiling. `Err` for a malformed override.
 fn charge(
     payment: &VerifiedPayment,
-    state: &PaymentState,
+    decimals: u8,
     meter: &Meter,
     overrides: Option<&HeaderValue>,
 ) -> Result<AtomicAmount, ()> {
@@ -402,7 +453,7 @@ fn charge(
             let parsed = value
                 .to_str()
                 .map_err(|_| ())
-                .and_then(|v| meter::parse_override(v, ceiling, state.decimals).map_err(|_| ()));
+                .and_then(|v| meter::parse_override(v, ceiling, decimals).map_err(|_| ()));
             match parsed {
                 Ok(a) => a,
                 Err(()) => {
@@ -451,6 +502,8 @@ impl Drop for PaidRequest {
         let needs_telling = match &self.kind {
             Kind::Session { .. } => !keep_claim,
             Kind::Payment(_) => self.engine.inner.hooks.any_at(HookSteps::PAYMENT_CANCELED),
+            // The channel is released: a client that went away is not charged.
+            Kind::Batch(_) => true,
             Kind::Settled(_) | Kind::Spent => false,
         };
         if !needs_telling {

@@ -48,7 +48,14 @@ pub enum OfferError {
 
 /// Whether resolving this offer needs the facilitator's `/supported`.
 pub(crate) fn needs_supported(offer: &Offer) -> bool {
-    offer.scheme == UPTO || network::family(&offer.network) == Family::Svm
+    offer.scheme == UPTO || network::family(&offer.network) == Family::Svm || batch_delegates(offer)
+}
+
+/// A `batch-settlement` offer that names no receiver authorizer: the
+/// facilitator's, from `/supported`.
+fn batch_delegates(offer: &Offer) -> bool {
+    offer.scheme == crate::batch::BATCH_SETTLEMENT
+        && !offer.extra.contains_key("receiverAuthorizer")
 }
 
 /// An offer resolved into the requirement it advertises, with the asset's
@@ -116,6 +123,8 @@ pub(crate) fn resolve_offer(
     }
     let facilitator_field = if offer.scheme == UPTO {
         Some("facilitatorAddress")
+    } else if batch_delegates(offer) {
+        Some("receiverAuthorizer")
     } else if family == Family::Svm {
         Some("feePayer")
     } else {

@@ -178,6 +178,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "HTTP-facilitator paid path / floor",
     )?;
     versus(
+        "batch-http",
+        "paid-http",
+        1.0,
+        "batch voucher path / exact paid path",
+    )?;
+    versus(
         "session-redis",
         "session-floor",
         0.95,

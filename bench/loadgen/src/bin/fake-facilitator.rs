@@ -5,10 +5,15 @@
 //! - `POST /verify`: `{"isValid":true,"payer":FROM}`;
 //! - `POST /settle`: `{"success":true,"transaction":"0x…","network":NETWORK,"payer":FROM}`,
 //!   a fresh transaction hash per call;
-//! - `GET /supported`: `exact` and `upto`, versions 1 and 2, on every network
+//! - `GET /supported`: `exact` and `upto`, versions 1 and 2, and
+//!   `batch-settlement` (version 2), on every network
 //!   in `FAKE_NETWORKS` (comma-separated CAIP-2 ids; by default Base Sepolia,
 //!   Base and anvil's 31337), plus the v1 names of those networks;
-//! - `GET /counts`: `{"verify":N,"settle":N,"supported":N}`, the calls so far.
+//! - `GET /counts`: `{"verify":N,"settle":N,"supported":N}`, the calls so far;
+//! - `batch-settlement` payloads (a deposit: the bench's batch path opens
+//!   its channels with one each): valid, settled, and the channel snapshot
+//!   the seller mirrors (`extra`, `extra.channelState`) with a balance of
+//!   [`x402_loadgen::batch::DEPOSIT`].
 //!
 //! `FROM` and `NETWORK` are read from the request body by a substring scan
 //! (the first `"from":"…"` and `"network":"…"`), not a JSON parse: the
@@ -78,13 +83,47 @@ fn json_bytes(value: &Value) -> impl IntoResponse {
     ([(CONTENT_TYPE, "application/json")], value.to_string())
 }
 
+/// Whether `body` is a batch-settlement request.
+fn is_batch(body: &[u8]) -> bool {
+    const NEEDLE: &[u8] = b"\"batch-settlement\"";
+    body.windows(NEEDLE.len()).any(|w| w == NEEDLE)
+}
+
+/// A batch-settlement channel snapshot: deposited, nothing claimed.
+fn channel_state(body: &[u8]) -> Value {
+    json!({
+        "channelId": field(body, "channelId"),
+        "balance": x402_loadgen::batch::DEPOSIT.to_string(),
+        "totalClaimed": "0",
+        "withdrawRequestedAt": 0,
+        "refundNonce": "0",
+    })
+}
+
 async fn verify(State(fake): State<Arc<Fake>>, body: Bytes) -> impl IntoResponse {
     fake.counts.verify.fetch_add(1, Ordering::Relaxed);
+    if is_batch(&body) {
+        return json_bytes(&json!({
+            "isValid": true,
+            "payer": field(&body, "payer"),
+            "extra": channel_state(&body),
+        }));
+    }
     json_bytes(&json!({ "isValid": true, "payer": field(&body, "from") }))
 }
 
 async fn settle(State(fake): State<Arc<Fake>>, body: Bytes) -> impl IntoResponse {
     let n = fake.counts.settle.fetch_add(1, Ordering::Relaxed) + 1;
+    if is_batch(&body) {
+        return json_bytes(&json!({
+            "success": true,
+            "transaction": format!("0x{n:064x}"),
+            "network": field(&body, "network"),
+            "payer": field(&body, "payer"),
+            "amount": x402_loadgen::batch::DEPOSIT.to_string(),
+            "extra": { "channelState": channel_state(&body) },
+        }));
+    }
     json_bytes(&json!({
         "success": true,
         "transaction": format!("0x{n:064x}"),
@@ -111,6 +150,7 @@ fn supported_body(networks: &str) -> Bytes {
                 kinds.push(json!({ "x402Version": 1, "scheme": scheme, "network": v1 }));
             }
         }
+        kinds.push(json!({ "x402Version": 2, "scheme": "batch-settlement", "network": caip2 }));
     }
     Bytes::from(json!({ "kinds": kinds, "extensions": [], "signers": {} }).to_string())
 }

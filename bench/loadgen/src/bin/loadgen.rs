@@ -24,7 +24,12 @@
 //!   the server's state for it can expire during a long run;
 //! - `session`: set-up buys `--sessions` prepaid sessions (each a paid
 //!   request for the session offer in the challenge's `extensions.session`),
-//!   then every request redeems one call with `X-PAYMENT-SESSION`.
+//!   then every request redeems one call with `X-PAYMENT-SESSION`;
+//! - `batch`: one batch-settlement channel per connection: set-up opens each
+//!   with its deposit call and pre-signs `--max-requests / --connections`
+//!   cumulative vouchers per channel; then each connection sends its
+//!   channel's vouchers in order (one per call, no facilitator call on the
+//!   seller's side).
 //!
 //! The run stops after `--duration` seconds or `--max-requests` requests
 //! (or when the pre-signed payments or session calls run out), whichever is
@@ -281,6 +286,8 @@ enum Work {
         tokens: Vec<HeaderValue>,
         calls: usize,
     },
+    /// Each connection's channel's vouchers, in order.
+    Batch(Vec<Vec<HeaderValue>>),
 }
 
 impl Work {
@@ -290,6 +297,7 @@ impl Work {
             Self::Paid(h) => h.len(),
             Self::PaidLive { .. } => usize::MAX,
             Self::Session { tokens, calls } => tokens.len() * calls,
+            Self::Batch(channels) => channels.iter().map(Vec::len).sum(),
         }
     }
 
@@ -301,6 +309,8 @@ impl Work {
                 Some((&PAYMENT_SIGNATURE, signer.sign_now(i, *secs)?))
             }
             Self::Session { tokens, calls } => tokens.get(i / calls).map(|v| (&SESSION, v.clone())),
+            // Taken per connection, in `worker`.
+            Self::Batch(_) => None,
         })
     }
 }
@@ -435,8 +445,11 @@ async fn worker(
     next: Arc<AtomicUsize>,
     start: Instant,
     limit: usize,
+    slot: usize,
 ) -> Tally {
     let mut tally = Tally::default();
+    // Batch mode: this connection's channel, and its next voucher.
+    let mut sent_on_channel = 0;
     let deadline = start + args.duration;
     let mut sender = None;
     loop {
@@ -465,7 +478,17 @@ async fn worker(
             }
         }
         let Some(s) = sender.as_mut() else { continue };
-        let Ok(header) = work.header(i) else {
+        let header = match &*work {
+            Work::Batch(channels) => {
+                let Some(h) = channels.get(slot).and_then(|c| c.get(sent_on_channel)) else {
+                    break;
+                };
+                sent_on_channel += 1;
+                Ok(Some((&PAYMENT_SIGNATURE, h.clone())))
+            }
+            other => other.header(i),
+        };
+        let Ok(header) = header else {
             tally.errors += 1;
             continue;
         };
@@ -521,6 +544,37 @@ async fn run(args: Args) -> Result<Value, Error> {
             let (tokens, calls) = buy_sessions(&args, &host, args.sessions).await?;
             Work::Session { tokens, calls }
         }
+        "batch" => {
+            let challenge = challenge(&args, &host).await?;
+            let req = challenge
+                .accepts
+                .iter()
+                .find(|r| r.scheme == x402_core::batch::BATCH_SETTLEMENT)
+                .ok_or("the challenge offers no batch-settlement")?;
+            let per_channel = (args.max_requests / args.connections).max(1);
+            let channels = x402_loadgen::batch::presign(
+                req,
+                &challenge.resource,
+                args.connections,
+                per_channel,
+                args.seed,
+            )?;
+            // Open every channel (its deposit call) before the clock starts.
+            let mut sender = connect(args.addr).await?;
+            for channel in &channels {
+                let (status, _) = get(
+                    &mut sender,
+                    &host,
+                    &args.path,
+                    Some((&PAYMENT_SIGNATURE, &channel.deposit)),
+                )
+                .await?;
+                if status != StatusCode::OK {
+                    return Err(format!("a batch deposit call answered {status}").into());
+                }
+            }
+            Work::Batch(channels.into_iter().map(|c| c.vouchers).collect())
+        }
         other => return Err(format!("unknown mode {other:?}").into()),
     };
     let setup = setup.elapsed();
@@ -570,7 +624,7 @@ async fn run(args: Args) -> Result<Value, Error> {
         })
     });
     let tasks: Vec<_> = (0..args.connections)
-        .map(|_| {
+        .map(|slot| {
             tokio::spawn(worker(
                 Arc::clone(&args),
                 Arc::clone(&work),
@@ -578,6 +632,7 @@ async fn run(args: Args) -> Result<Value, Error> {
                 Arc::clone(&next),
                 start,
                 limit,
+                slot,
             ))
         })
         .collect();

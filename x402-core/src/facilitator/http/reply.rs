@@ -122,14 +122,18 @@ pub(super) fn verify_reply(reply: &Reply) -> Result<VerifyResponse, FacilitatorE
 }
 
 /// Fixes harmless variations before reading a settle answer: `amount` as a
-/// JSON number, `null` for `transaction` or `amount`.
+/// JSON number, `null` for `transaction` or `amount`, `""` for `amount`.
 pub(super) fn normalize_settle(object: &mut JsonObject) {
     match object.get("amount") {
         Some(Value::Number(n)) => {
             let text = n.to_string();
             object.insert("amount".to_owned(), Value::String(text));
         }
+        // `""`: batch-settlement claims move no funds.
         Some(Value::Null) => {
+            object.remove("amount");
+        }
+        Some(Value::String(s)) if s.is_empty() => {
             object.remove("amount");
         }
         _ => {}
