@@ -162,7 +162,7 @@ fn routes(
             )
             .description("Pay $0.001 once, then sign in for an hour")
             .mime_type("application/json"),
-        ];
+    ];
     // batch-settlement needs a facilitator that speaks it (the in-process
     // one does not): the route is served when the facilitator lists it.
     if batch {
