@@ -78,6 +78,7 @@ use crate::{
 mod batch;
 mod body;
 mod builder;
+mod charge;
 mod decide;
 mod describe;
 mod drive;

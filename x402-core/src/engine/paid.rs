@@ -14,8 +14,8 @@ use http_body_util::BodyExt;
 use tracing::Instrument;
 
 use super::{
-    body::PaidBody, log_hook_error, response, CompiledRoute, Engine, EngineResponse, Refusal,
-    Resolved, ResolvedSession, VerifiedPayment,
+    body::PaidBody, charge::charge, log_hook_error, response, CompiledRoute, Engine,
+    EngineResponse, Refusal, Resolved, ResolvedSession, VerifiedPayment,
 };
 use crate::unix::now as unix_now;
 use crate::{
@@ -437,52 +437,6 @@ impl PaidRequest {
             }
         }
     }
-}
-
-/// The `upto` charge: the override header, else the meter, else the
-/// ceiling; capped at the ceiling. `Err` for a malformed override.
-fn charge(
-    payment: &VerifiedPayment,
-    decimals: u8,
-    meter: &Meter,
-    overrides: Option<&HeaderValue>,
-) -> Result<AtomicAmount, ()> {
-    let ceiling = meter.ceiling();
-    let reported = match overrides {
-        Some(value) => {
-            let parsed = value
-                .to_str()
-                .map_err(|_| ())
-                .and_then(|v| meter::parse_override(v, ceiling, decimals).map_err(|_| ()));
-            match parsed {
-                Ok(a) => a,
-                Err(()) => {
-                    tracing::error!(
-                        route = %payment.route,
-                        "x402: malformed Settlement-Overrides; charging nothing and answering 500"
-                    );
-                    return Err(());
-                }
-            }
-        }
-        None => match meter.reported() {
-            Some(a) => a,
-            None => {
-                tracing::debug!(route = %payment.route, "x402: upto handler reported no usage; charging the ceiling");
-                ceiling
-            }
-        },
-    };
-    if reported > ceiling {
-        tracing::warn!(
-            route = %payment.route,
-            reported = %reported,
-            ceiling = %ceiling,
-            "x402: upto usage above the ceiling; charging the ceiling"
-        );
-        return Ok(ceiling);
-    }
-    Ok(reported)
 }
 
 impl Drop for PaidRequest {
