@@ -544,7 +544,13 @@ async fn a_killed_primary_fails_closed_until_its_replica_takes_over() {
             if reply.status == 200 {
                 break;
             }
-            assert_eq!(outcome(&reply), "402 payment_replayed");
+            // A late claim not released yet, or a seller that has not
+            // learnt the new primary yet (it fails closed).
+            let outcome = outcome(&reply);
+            assert!(
+                outcome == "402 payment_replayed" || outcome == "503 claim_unavailable",
+                "{outcome}"
+            );
             assert!(
                 started.elapsed() < Duration::from_secs(10),
                 "a refused payment stayed claimed"

@@ -30,7 +30,7 @@ use std::{net::SocketAddr, time::Duration};
 use actix_web::{dev::ServerHandle, web, App, HttpResponse, HttpServer};
 use paid_api_common::{
     batch_body, close_body, exact_body, health_body, metrics_handle, openapi_info, session_body,
-    shutdown_signal, siwx_body, upto_body,
+    shutdown_signal, siwx_body, upto_body, PaidRoute,
 };
 use x402_actix::{Discovery, Payment, PaywallLayer, UsageMeter};
 
@@ -162,13 +162,13 @@ impl Server {
 
 /// `GET /exact/evm/eip3009`: paid $0.001.
 async fn exact(state: web::Data<AppState>, Payment(payment): Payment) -> HttpResponse {
-    HttpResponse::Ok().json(exact_body(&payment, state.count_exact_run()))
+    HttpResponse::Ok().json(exact_body(&payment, state.count_run(PaidRoute::Exact)))
 }
 
 /// `GET /upto/evm/permit2`: reports what the call cost through the meter
 /// ([`UPTO_CHARGE`]).
-async fn upto(UsageMeter(meter): UsageMeter) -> HttpResponse {
-    HttpResponse::Ok().json(upto_body(&meter))
+async fn upto(state: web::Data<AppState>, UsageMeter(meter): UsageMeter) -> HttpResponse {
+    HttpResponse::Ok().json(upto_body(&meter, state.count_run(PaidRoute::Upto)))
 }
 
 /// `GET /batch/evm`: batch-settlement; reports the call's cost through the
@@ -184,13 +184,13 @@ async fn batch(state: web::Data<AppState>, meter: Option<UsageMeter>) -> HttpRes
 }
 
 /// `GET /session/demo`: paid per call, or redeemed from a prepaid session.
-async fn session(Payment(payment): Payment) -> HttpResponse {
-    HttpResponse::Ok().json(session_body(&payment))
+async fn session(state: web::Data<AppState>, Payment(payment): Payment) -> HttpResponse {
+    HttpResponse::Ok().json(session_body(&payment, state.count_run(PaidRoute::Session)))
 }
 
 /// `GET /siwx/demo`: paid $0.001 once, then sign-in-with-x for an hour.
 async fn siwx(state: web::Data<AppState>, Payment(payment): Payment) -> HttpResponse {
-    HttpResponse::Ok().json(siwx_body(&payment, state.siwx_run()))
+    HttpResponse::Ok().json(siwx_body(&payment, state.count_run(PaidRoute::SignIn)))
 }
 
 /// `GET /health`: free.

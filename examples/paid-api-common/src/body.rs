@@ -12,7 +12,7 @@ use crate::UPTO_CHARGE;
 /// `GET /exact/evm/eip3009` (paid $0.001): logs the payment and returns
 /// `{"message": "Paid content: exact (EIP-3009)", "timestamp": ..., "run": run}`,
 /// `run` being which run of the handler this is
-/// ([`AppState::count_exact_run`](crate::AppState::count_exact_run)).
+/// ([`AppState::count_run`](crate::AppState::count_run)).
 pub fn exact_body(payment: &VerifiedPayment, run: u64) -> Value {
     tracing::info!(payer = ?payment.payer, amount = %payment.amount, run, "paid call");
     let mut body = message_body("Paid content: exact (EIP-3009)");
@@ -24,10 +24,11 @@ pub fn exact_body(payment: &VerifiedPayment, run: u64) -> Value {
 
 /// `GET /upto/evm/permit2`: reports what the call cost through the `meter`
 /// (here a fixed [`UPTO_CHARGE`]; in a real API, tokens used, bytes
-/// sent...) and returns `{"message": "Paid content: upto (metered)", ...}`.
-pub fn upto_body(meter: &Meter) -> Value {
+/// sent...) and returns `{"message": "Paid content: upto (metered)",
+/// "run": run, ...}`.
+pub fn upto_body(meter: &Meter, run: u64) -> Value {
     meter.set(UPTO_CHARGE);
-    message_body("Paid content: upto (metered)")
+    with_run(message_body("Paid content: upto (metered)"), run)
 }
 
 /// `GET /batch/evm` (`batch-settlement`): reports the call's cost through
@@ -35,11 +36,12 @@ pub fn upto_body(meter: &Meter) -> Value {
 /// `{"message": "Paid content: batch-settlement", "run": N, ...}`.
 pub fn batch_body(state: &crate::AppState, meter: &Meter) -> Value {
     meter.set(state.batch_charge);
-    let run = state
-        .batch_runs
-        .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-        + 1;
-    let mut body = message_body("Paid content: batch-settlement");
+    let run = state.count_run(crate::PaidRoute::Batch);
+    with_run(message_body("Paid content: batch-settlement"), run)
+}
+
+/// `body` with `"run": run`.
+fn with_run(mut body: Value, run: u64) -> Value {
     if let Value::Object(map) = &mut body {
         map.insert("run".into(), json!(run));
     }
@@ -48,9 +50,10 @@ pub fn batch_body(state: &crate::AppState, meter: &Meter) -> Value {
 
 /// `GET /session/demo` (paid per call, or redeemed from a prepaid session):
 /// `{"message": "Paid content: session demo", "timestamp": ...}`, with
-/// `sessionCallsRemaining` when the call was redeemed from a session.
-pub fn session_body(payment: &VerifiedPayment) -> Value {
-    let mut body = message_body("Paid content: session demo");
+/// `sessionCallsRemaining` when the call was redeemed from a session, and
+/// `"run": run`.
+pub fn session_body(payment: &VerifiedPayment, run: u64) -> Value {
+    let mut body = with_run(message_body("Paid content: session demo"), run);
     if let (Some(call), Value::Object(map)) = (&payment.session, &mut body) {
         map.insert("sessionCallsRemaining".into(), json!(call.remaining));
     }
@@ -60,7 +63,7 @@ pub fn session_body(payment: &VerifiedPayment) -> Value {
 /// `GET /siwx/demo` (paid $0.001 once, then sign-in-with-x for an hour):
 /// `{"message": "Paid content: sign-in-with-x demo", "timestamp": ...,
 /// "run": run, "signedIn": bool, "payer": ...}`; `run` is how many times
-/// the handler has run ([`AppState::siwx_run`](crate::AppState::siwx_run)).
+/// the handler has run ([`AppState::count_run`](crate::AppState::count_run)).
 pub fn siwx_body(payment: &VerifiedPayment, run: u64) -> Value {
     let mut body = message_body("Paid content: sign-in-with-x demo");
     if let Value::Object(map) = &mut body {
@@ -110,8 +113,9 @@ mod tests {
         assert_eq!(health_body()["status"], "ok");
         assert_eq!(close_body()["message"], "closing");
         let meter = Meter::new(crate::UPTO_CEILING.into());
-        let body = upto_body(&meter);
+        let body = upto_body(&meter, 3);
         assert_eq!(body["message"], "Paid content: upto (metered)");
+        assert_eq!(body["run"], 3);
         assert_eq!(meter.reported(), Some(UPTO_CHARGE.into()));
         for body in [health_body(), close_body(), body] {
             assert!(body["timestamp"].is_string(), "{body}");

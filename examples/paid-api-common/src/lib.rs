@@ -71,6 +71,7 @@ mod batch;
 mod body;
 mod config;
 mod payments;
+mod runs;
 mod state;
 
 pub use self::batch::{BatchConfig, BATCH_CEILING};
@@ -83,6 +84,7 @@ pub use self::config::{
     AssetConfig, Config, FacilitatorConfig, DEFAULT_NETWORK, DEFAULT_PAYEE, DEFAULT_PORT,
 };
 pub use self::payments::{engine, openapi_info, SIWX_ACCESS, UPTO_CEILING, UPTO_CHARGE};
+pub use self::runs::{PaidRoute, Runs};
 pub use self::state::{is_loopback, AppState};
 
 /// Why the server could not be configured or run.

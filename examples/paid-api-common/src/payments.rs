@@ -374,11 +374,9 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
         shutdown: Arc::new(shutdown),
         webhook_worker: Arc::new(Mutex::new(webhook_worker)),
         close_enabled: is_loopback(config.host),
-        exact_runs: Default::default(),
-        siwx_runs: Arc::default(),
+        runs: Arc::default(),
         batch_enabled: batch_on,
         batch_charge: config.batch.charge,
-        batch_runs: Arc::default(),
         batch_claimer: Arc::new(std::sync::Mutex::new(claimer)),
     };
     Ok((engine, state))

@@ -1,13 +1,6 @@
 //! The state handles the running app hands out.
 
-use std::{
-    net::IpAddr,
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc,
-    },
-    time::Duration,
-};
+use std::{net::IpAddr, sync::Arc, time::Duration};
 
 use alloy_primitives::{Address, U256};
 use tokio::sync::{watch, Mutex};
@@ -30,17 +23,13 @@ pub struct AppState {
     pub(crate) webhook_worker: Arc<Mutex<Option<WebhookWorker>>>,
     /// Whether `POST /close` may stop the server: bound to loopback.
     pub(crate) close_enabled: bool,
-    /// How many times the `/exact/evm/eip3009` handler has run.
-    pub(crate) exact_runs: Arc<AtomicU64>,
-    /// How many times the `GET /siwx/demo` handler ran.
-    pub(crate) siwx_runs: Arc<std::sync::atomic::AtomicU64>,
+    /// How many times each paid handler has run.
+    pub(crate) runs: Arc<crate::Runs>,
     /// Whether `GET /batch/evm` is sold (the facilitator lists
     /// batch-settlement).
     pub(crate) batch_enabled: bool,
     /// What one `GET /batch/evm` call charges.
     pub(crate) batch_charge: u64,
-    /// How many times the `GET /batch/evm` handler has run.
-    pub(crate) batch_runs: Arc<std::sync::atomic::AtomicU64>,
     /// The batch-settlement claimer's task, when one runs.
     pub(crate) batch_claimer: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
@@ -80,24 +69,21 @@ impl AppState {
         &self.asset
     }
 
-    /// Counts one more run of the `/exact/evm/eip3009` handler and says
-    /// which it is (1 for the first since start): its body's `"run"`, so a
-    /// check can count handler runs exactly.
-    pub fn count_exact_run(&self) -> u64 {
-        self.exact_runs.fetch_add(1, Ordering::SeqCst) + 1
+    /// Counts one more run of `route`'s handler and says which it is (1 for
+    /// the first since start): its body's `"run"`, so a check can count
+    /// handler runs exactly.
+    pub fn count_run(&self, route: crate::PaidRoute) -> u64 {
+        self.runs.count(route)
+    }
+
+    /// How many times `route`'s handler has run.
+    pub fn runs(&self, route: crate::PaidRoute) -> u64 {
+        self.runs.get(route)
     }
 
     /// Who gets paid.
     pub fn pay_to(&self) -> Address {
         self.pay_to
-    }
-
-    /// Counts one run of the `GET /siwx/demo` handler; the count so far,
-    /// this one included.
-    pub fn siwx_run(&self) -> u64 {
-        self.siwx_runs
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            + 1
     }
 
     /// Whether `POST /close` stops the server: only when the configuration
@@ -137,7 +123,7 @@ impl AppState {
 
     /// How many times the `GET /batch/evm` handler has run.
     pub fn batch_runs(&self) -> u64 {
-        self.batch_runs.load(std::sync::atomic::Ordering::SeqCst)
+        self.runs(crate::PaidRoute::Batch)
     }
 
     /// Stops the batch-settlement claimer, if one runs (vouchers not

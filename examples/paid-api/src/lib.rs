@@ -35,7 +35,7 @@ use axum::{
 };
 use paid_api_common::{
     batch_body, close_body, engine, exact_body, health_body, is_loopback, metrics_handle,
-    openapi_info, session_body, shutdown_signal, siwx_body, upto_body,
+    openapi_info, session_body, shutdown_signal, siwx_body, upto_body, PaidRoute,
 };
 use serde_json::Value;
 use x402_axum::{
@@ -119,23 +119,23 @@ pub async fn serve(
 
 /// `GET /exact/evm/eip3009`: paid $0.001.
 async fn exact(State(state): State<AppState>, Payment(payment): Payment) -> Json<Value> {
-    Json(exact_body(&payment, state.count_exact_run()))
+    Json(exact_body(&payment, state.count_run(PaidRoute::Exact)))
 }
 
 /// `GET /upto/evm/permit2`: reports what the call cost through the meter
 /// ([`UPTO_CHARGE`]).
-async fn upto(UsageMeter(meter): UsageMeter) -> Json<Value> {
-    Json(upto_body(&meter))
+async fn upto(State(state): State<AppState>, UsageMeter(meter): UsageMeter) -> Json<Value> {
+    Json(upto_body(&meter, state.count_run(PaidRoute::Upto)))
 }
 
 /// `GET /session/demo`: paid per call, or redeemed from a prepaid session.
-async fn session(Payment(payment): Payment) -> Json<Value> {
-    Json(session_body(&payment))
+async fn session(State(state): State<AppState>, Payment(payment): Payment) -> Json<Value> {
+    Json(session_body(&payment, state.count_run(PaidRoute::Session)))
 }
 
 /// `GET /siwx/demo`: paid $0.001 once, then sign-in-with-x for an hour.
 async fn siwx(State(state): State<AppState>, Payment(payment): Payment) -> Json<Value> {
-    Json(siwx_body(&payment, state.siwx_run()))
+    Json(siwx_body(&payment, state.count_run(PaidRoute::SignIn)))
 }
 
 /// `GET /batch/evm`: batch-settlement; reports the call's cost through the
