@@ -63,12 +63,12 @@ fn engine(
 /// A fresh payment (its own nonce, valid for ten minutes): the engine
 /// claims each authorization once.
 fn payment_header() -> String {
-    payment_header_with(json!({"name": "USDC", "version": "2"}))
+    payment_header_with(&json!({"name": "USDC", "version": "2"}))
 }
 
 /// A payment for [`offer`] as the 402 of a route whose offer carries
 /// `extra` (a settle-first route adds `paymentFlow: "upfront"`).
-fn payment_header_with(extra: serde_json::Value) -> String {
+fn payment_header_with(extra: &serde_json::Value) -> String {
     let requirement = serde_json::from_value(json!({
         "scheme": "exact", "network": "eip155:84532", "amount": "1000",
         "asset": "0x036CbD53842c5426634e7929541eC2318f3dCF7e", "payTo": PAY_TO,
@@ -354,7 +354,7 @@ async fn settle_before_handler_streams_the_body_with_the_receipt() {
 
     // The 402 of a settle-first route announces the upfront flow, and a
     // client pays what it was offered.
-    let upfront = payment_header_with(json!({
+    let upfront = payment_header_with(&json!({
         "name": "USDC", "version": "2", "paymentFlow": "upfront"
     }));
     let request = test::TestRequest::get()
