@@ -43,6 +43,7 @@ pub mod capabilities;
 pub mod client;
 mod conformance;
 pub mod core_support;
+pub mod example_chain;
 pub mod handler;
 pub mod payment;
 pub mod redis_cluster;

@@ -25,9 +25,7 @@
 )]
 
 use std::{
-    future::Future,
     path::{Path, PathBuf},
-    pin::Pin,
     process::Stdio,
     time::Duration,
 };
@@ -35,38 +33,12 @@ use std::{
 use alloy_primitives::{Address, B256, U256};
 use paid_api_common::{AssetConfig, Config, FacilitatorConfig};
 use serde_json::Value;
-use tokio::task::JoinHandle;
 use x402_tests::{
     anvil::{self, accounts, Anvil},
+    example_chain::{actix, axum, Start, FUNDING},
     require,
 };
 
-/// A running example server: its base URL and its task.
-type Running = (String, JoinHandle<Result<(), paid_api::Error>>);
-
-/// Starts an example server for a configuration.
-type Start = fn(Config) -> Pin<Box<dyn Future<Output = Running> + Send>>;
-
-fn axum(config: Config) -> Pin<Box<dyn Future<Output = Running> + Send>> {
-    Box::pin(async move {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let config = config.bound_to(listener.local_addr().unwrap());
-        let (router, state) = paid_api::app(config).await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        (base, tokio::spawn(paid_api::serve(listener, router, state)))
-    })
-}
-
-fn actix(config: Config) -> Pin<Box<dyn Future<Output = Running> + Send>> {
-    Box::pin(async move {
-        let server = paid_api_actix::server(config).await.unwrap();
-        let base = format!("http://{}", server.local_addr());
-        (base, tokio::spawn(server.run()))
-    })
-}
-
-/// The payer's starting balance (atomic units: 1 USDC).
-const FUNDING: u64 = 1_000_000;
 /// The price of `/exact/evm/eip3009` ($0.001 at 6 decimals).
 const PRICE: u64 = 1_000;
 

@@ -17,159 +17,62 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::{future::Future, pin::Pin, process::Stdio, time::Duration};
+use std::{process::Stdio, time::Duration};
 
-use alloy_primitives::{Address, U256};
-use alloy_provider::DynProvider;
+use alloy_primitives::U256;
 use base64::{engine::general_purpose::STANDARD, Engine as _};
-use paid_api_common::{AssetConfig, Config, FacilitatorConfig};
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 use x402_tests::{
-    anvil::{self, accounts, Anvil},
+    anvil::accounts,
+    example_chain::{actix, axum, ExampleChain as Chain, Setup, Start, FUNDING},
     require,
 };
 
-type Running = (String, JoinHandle<Result<(), paid_api::Error>>);
-type Start = fn(Config) -> Pin<Box<dyn Future<Output = Running> + Send>>;
-
-fn axum(config: Config) -> Pin<Box<dyn Future<Output = Running> + Send>> {
-    Box::pin(async move {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let config = config.bound_to(listener.local_addr().unwrap());
-        let (router, state) = paid_api::app(config).await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        (base, tokio::spawn(paid_api::serve(listener, router, state)))
-    })
-}
-
-fn actix(config: Config) -> Pin<Box<dyn Future<Output = Running> + Send>> {
-    Box::pin(async move {
-        let server = paid_api_actix::server(config).await.unwrap();
-        let base = format!("http://{}", server.local_addr());
-        (base, tokio::spawn(server.run()))
-    })
-}
-
-const FUNDING: u64 = 1_000_000;
 const PRICE: u64 = 1_000;
 const PATH: &str = "/exact/evm/eip3009";
 
-/// anvil with TestUSDC minted to the payer (account 1), and an example
-/// server settling on it (facilitator: account 0, payee: account 2).
-struct Chain {
-    anvil: Anvil,
-    provider: DynProvider,
-    token: Address,
-    payer: Address,
-    payee: Address,
-    base: String,
-    server: JoinHandle<Result<(), paid_api::Error>>,
-}
-
-impl Drop for Chain {
-    fn drop(&mut self) {
-        self.server.abort();
-    }
-}
-
-impl Chain {
-    async fn start(server: Start) -> Self {
-        Self::start_with(server, None).await.0
-    }
-
-    /// With `redis`, the server keeps claims, sessions and payment ids
-    /// there (`REDIS_URL`); also returns its configuration, to start more
-    /// instances of it ([`Chain::another`]).
-    async fn start_with(server: Start, redis: Option<String>) -> (Self, Config) {
-        let anvil = Anvil::start();
-        let provider = anvil.provider(accounts::KEY_0).await;
-        let token = anvil::deploy_test_usdc(&provider, "USDC", "2").await;
-        let payer = anvil::address_of(accounts::KEY_1);
-        let payee = anvil::address_of(accounts::KEY_2);
-        anvil::mint(&provider, token, payer, FUNDING).await;
-        let config = Config {
-            port: 0,
-            pay_to: payee,
-            asset: AssetConfig {
-                address: token,
-                name: "USDC".into(),
-                version: "2".into(),
-                decimals: 6,
-            },
-            facilitator: FacilitatorConfig::Chain {
-                rpc_url: anvil.url.clone(),
-                private_key: accounts::KEY_0.into(),
-            },
-            redis_url: redis,
-            ..Config::dev()
-        };
-        let (base, server) = server(config.clone()).await;
-        let chain = Self {
-            anvil,
-            provider,
-            token,
-            payer,
-            payee,
-            base,
-            server,
-        };
-        (chain, config)
-    }
-
-    async fn balances(&self) -> (U256, U256) {
+/// Exactly `payments` payments of [`PRICE`] moved from the payer to the payee.
+async fn assert_paid(chain: &Chain, payments: u64) {
+    assert_eq!(
+        chain.balances().await,
         (
-            anvil::balance_of(&self.provider, self.token, self.payer).await,
-            anvil::balance_of(&self.provider, self.token, self.payee).await,
-        )
-    }
+            U256::from(FUNDING - payments * PRICE),
+            U256::from(payments * PRICE)
+        ),
+        "{payments} payment(s) of {PRICE} must have moved on chain"
+    );
+}
 
-    async fn assert_paid(&self, payments: u64) {
-        assert_eq!(
-            self.balances().await,
-            (
-                U256::from(FUNDING - payments * PRICE),
-                U256::from(payments * PRICE)
-            ),
-            "{payments} payment(s) of {PRICE} must have moved on chain"
-        );
-    }
-
-    /// `payment-id.mjs` in `mode` (`pay` or `create`) with `id`.
-    async fn client(&self, mode: &str, id: &str) -> Value {
-        let url = format!("{}{PATH}", self.base);
-        let child = require::node_async("payment-id.mjs")
-            .args([
-                "--url",
-                &url,
-                "--key",
-                accounts::KEY_1,
-                "--rpc",
-                &self.anvil.url,
-            ])
-            .args(["--id", id, "--mode", mode, "--timeout-ms", "60000"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("cannot run node (node >= 20 is needed)");
-        let output = tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
-            .await
-            .expect("payment-id.mjs did not finish within 90 s")
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(0), "payment-id.mjs: {stderr}");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        stdout
-            .lines()
-            .rev()
-            .find_map(|l| serde_json::from_str(l).ok())
-            .unwrap_or_else(|| panic!("payment-id.mjs printed no JSON: {stdout} {stderr}"))
-    }
-
-    /// Sends `header` as `PAYMENT-SIGNATURE`, as a buyer resending it would.
-    async fn resend(&self, http: &reqwest::Client, header: &str) -> Resent {
-        resend_to(&self.base, http, header).await
-    }
+/// `payment-id.mjs` in `mode` (`pay` or `create`) with `id`.
+async fn client(chain: &Chain, mode: &str, id: &str) -> Value {
+    let url = format!("{}{PATH}", chain.base);
+    let child = require::node_async("payment-id.mjs")
+        .args([
+            "--url",
+            &url,
+            "--key",
+            accounts::KEY_1,
+            "--rpc",
+            &chain.anvil.url,
+        ])
+        .args(["--id", id, "--mode", mode, "--timeout-ms", "60000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot run node (node >= 20 is needed)");
+    let output = tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
+        .await
+        .expect("payment-id.mjs did not finish within 90 s")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "payment-id.mjs: {stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("payment-id.mjs printed no JSON: {stdout} {stderr}"))
 }
 
 /// Sends `header` as `PAYMENT-SIGNATURE` to the server at `base`.
@@ -240,7 +143,7 @@ async fn a_resend_gets_the_stored_response(server: Start) {
     assert_eq!(declared["schema"]["required"], json!(["required"]));
 
     let id = new_id();
-    let paid = chain.client("pay", &id).await;
+    let paid = client(&chain, "pay", &id).await;
     assert_eq!(paid["status"], 200, "{paid}");
     assert_eq!(&paid["declared"], declared);
     let header = paid["paymentSignature"].as_str().unwrap().to_owned();
@@ -254,11 +157,11 @@ async fn a_resend_gets_the_stored_response(server: Start) {
     assert_eq!(paid["paymentResponse"]["success"], true, "{paid}");
     let body = paid["body"].as_str().unwrap().to_owned();
     assert_eq!(run_of(&body), 1);
-    chain.assert_paid(1).await;
+    assert_paid(&chain, 1).await;
 
     // Lost; sent again, twice: the same bytes, the same receipt.
     for _ in 0..2 {
-        let again = chain.resend(&http, &header).await;
+        let again = resend_to(&chain.base, &http, &header).await;
         assert_eq!(again.status, 200, "{again:?}");
         assert_eq!(again.body, body);
         assert_eq!(again.receipt.as_deref(), Some(receipt.as_str()));
@@ -267,31 +170,31 @@ async fn a_resend_gets_the_stored_response(server: Start) {
             paid["paymentResponse"]
         );
     }
-    chain.assert_paid(1).await;
+    assert_paid(&chain, 1).await;
 
     // Another payment with the same id: 409, nothing moves, nothing runs.
-    let other = chain.client("pay", &id).await;
+    let other = client(&chain, "pay", &id).await;
     assert_eq!(other["status"], 409, "{other}");
     let error: Value = serde_json::from_str(other["body"].as_str().unwrap()).unwrap();
     assert_eq!(error["error"], "payment_identifier_conflict");
     assert_ne!(other["paymentSignature"], paid["paymentSignature"]);
-    chain.assert_paid(1).await;
+    assert_paid(&chain, 1).await;
 
     // The handler's counter moved once: the next paid call is its second run.
-    let next = chain.client("pay", &new_id()).await;
+    let next = client(&chain, "pay", &new_id()).await;
     assert_eq!(next["status"], 200, "{next}");
     assert_eq!(run_of(next["body"].as_str().unwrap()), 2);
-    chain.assert_paid(2).await;
+    assert_paid(&chain, 2).await;
 }
 
 /// 20 copies of one payment (made by the official client, sent by the test)
 /// at once: one handler run, one transfer, one response for all.
 async fn twenty_concurrent_copies_run_once(server: Start) {
     let chain = Chain::start(server).await;
-    let created = chain.client("create", &new_id()).await;
+    let created = client(&chain, "create", &new_id()).await;
     let header = created["paymentSignature"].as_str().unwrap().to_owned();
     let http = reqwest::Client::new();
-    let copies = (0..20).map(|_| chain.resend(&http, &header));
+    let copies = (0..20).map(|_| resend_to(&chain.base, &http, &header));
     let answers = futures_util::future::join_all(copies).await;
     for answer in &answers {
         assert_eq!(answer.status, 200, "{answer:?}");
@@ -299,9 +202,9 @@ async fn twenty_concurrent_copies_run_once(server: Start) {
     }
     assert_eq!(run_of(&answers[0].body), 1);
     assert!(answers[0].receipt.is_some());
-    chain.assert_paid(1).await;
+    assert_paid(&chain, 1).await;
 
-    let next = chain.client("pay", &new_id()).await;
+    let next = client(&chain, "pay", &new_id()).await;
     assert_eq!(run_of(next["body"].as_str().unwrap()), 2, "{next}");
 }
 
@@ -311,10 +214,17 @@ async fn twenty_concurrent_copies_run_once(server: Start) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_sharing_redis_replay_each_others_responses() {
     let redis = require::redis_url().await;
-    let (chain, config) = Chain::start_with(axum, Some(redis)).await;
-    let (other, other_server) = actix(config).await;
+    let chain = Chain::start_with(
+        axum,
+        Setup {
+            redis_url: Some(redis),
+            ..Setup::default()
+        },
+    )
+    .await;
+    let (other, other_server) = actix(chain.config.clone()).await;
     let _stop = AbortOnDrop(other_server);
-    let paid = chain.client("pay", &new_id()).await;
+    let paid = client(&chain, "pay", &new_id()).await;
     assert_eq!(paid["status"], 200, "{paid}");
     let header = paid["paymentSignature"].as_str().unwrap();
     let http = reqwest::Client::new();
@@ -326,13 +236,13 @@ async fn instances_sharing_redis_replay_each_others_responses() {
         again.receipt.as_deref(),
         paid["paymentResponseRaw"].as_str()
     );
-    chain.assert_paid(1).await;
+    assert_paid(&chain, 1).await;
     // The actix instance's handler never ran: its first paid call is run 1.
-    let created = chain.client("create", &new_id()).await;
+    let created = client(&chain, "create", &new_id()).await;
     let fresh = resend_to(&other, &http, created["paymentSignature"].as_str().unwrap()).await;
     assert_eq!(fresh.status, 200, "{fresh:?}");
     assert_eq!(run_of(&fresh.body), 1);
-    chain.assert_paid(2).await;
+    assert_paid(&chain, 2).await;
 }
 
 struct AbortOnDrop(JoinHandle<Result<(), paid_api::Error>>);

@@ -12,102 +12,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::{future::Future, pin::Pin, process::Stdio, time::Duration};
+use std::{process::Stdio, time::Duration};
 
-use alloy_primitives::{Address, U256};
-use alloy_provider::DynProvider;
-use paid_api_common::{AssetConfig, Config, FacilitatorConfig};
+use alloy_primitives::U256;
 use serde_json::Value;
-use tokio::task::JoinHandle;
 use x402_tests::{
-    anvil::{self, accounts, Anvil},
+    anvil::{self, accounts},
+    example_chain::{actix, axum, ExampleChain as Chain, Start, FUNDING},
     require,
 };
 
-type Running = (String, JoinHandle<Result<(), paid_api::Error>>);
-type Start = fn(Config) -> Pin<Box<dyn Future<Output = Running> + Send>>;
-
-fn axum(config: Config) -> Pin<Box<dyn Future<Output = Running> + Send>> {
-    Box::pin(async move {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let config = config.bound_to(listener.local_addr().unwrap());
-        let (router, state) = paid_api::app(config).await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        (base, tokio::spawn(paid_api::serve(listener, router, state)))
-    })
-}
-
-fn actix(config: Config) -> Pin<Box<dyn Future<Output = Running> + Send>> {
-    Box::pin(async move {
-        let server = paid_api_actix::server(config).await.unwrap();
-        let base = format!("http://{}", server.local_addr());
-        (base, tokio::spawn(server.run()))
-    })
-}
-
-const FUNDING: u64 = 1_000_000;
 const PATH: &str = "/siwx/demo";
-
-struct Chain {
-    anvil: Anvil,
-    provider: DynProvider,
-    token: Address,
-    payer: Address,
-    payee: Address,
-    base: String,
-    server: JoinHandle<Result<(), paid_api::Error>>,
-}
-
-impl Drop for Chain {
-    fn drop(&mut self) {
-        self.server.abort();
-    }
-}
-
-impl Chain {
-    /// anvil with TestUSDC minted to account 1 (the payer); the example
-    /// settles on it (facilitator: account 0, payee: account 2).
-    async fn start(server: Start) -> Self {
-        let anvil = Anvil::start();
-        let provider = anvil.provider(accounts::KEY_0).await;
-        let token = anvil::deploy_test_usdc(&provider, "USDC", "2").await;
-        let payer = anvil::address_of(accounts::KEY_1);
-        let payee = anvil::address_of(accounts::KEY_2);
-        anvil::mint(&provider, token, payer, FUNDING).await;
-        let config = Config {
-            port: 0,
-            pay_to: payee,
-            asset: AssetConfig {
-                address: token,
-                name: "USDC".into(),
-                version: "2".into(),
-                decimals: 6,
-            },
-            facilitator: FacilitatorConfig::Chain {
-                rpc_url: anvil.url.clone(),
-                private_key: accounts::KEY_0.into(),
-            },
-            ..Config::dev()
-        };
-        let (base, server) = server(config).await;
-        Self {
-            anvil,
-            provider,
-            token,
-            payer,
-            payee,
-            base,
-            server,
-        }
-    }
-
-    async fn balances(&self) -> (U256, U256) {
-        (
-            anvil::balance_of(&self.provider, self.token, self.payer).await,
-            anvil::balance_of(&self.provider, self.token, self.payee).await,
-        )
-    }
-}
 
 /// What `siwx.mjs` reported.
 #[derive(Debug)]
