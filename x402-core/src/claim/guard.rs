@@ -242,9 +242,7 @@ impl ReplayGuard {
             reason: error.reason().to_owned(),
         }
     }
-}
 
-impl ReplayGuard {
     /// The claim of a store that must be awaited: within the guard's
     /// deadline, a claim that lands after it released (or, failing open,
     /// kept).
