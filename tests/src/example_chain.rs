@@ -19,7 +19,7 @@ use crate::anvil::{self, accounts, Anvil};
 /// A running example server: its base URL and its task.
 pub type Running = (String, JoinHandle<Result<(), paid_api::Error>>);
 
-/// Starts an example server for a configuration ([`axum`] or [`actix`]).
+/// Starts an example server for a configuration ([`axum()`] or [`actix()`]).
 pub type Start = fn(Config) -> Pin<Box<dyn Future<Output = Running> + Send>>;
 
 /// The payer's starting balance (atomic units: 1 USDC).
