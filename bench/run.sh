@@ -27,8 +27,11 @@
 #   SKIP_REDIS=1       skip the Redis paths
 #   SKIP_MEMORY=1      skip the 60 s memory run
 #   PATHS="..."        run only these paths, of: baseline floor challenge
-#                      paid-memory paid-redis http-floor paid-http batch-http
-#                      http-peer session-floor session-redis memory
+#                      paid-memory paid-redis http-floor paid-http
+#                      paid-http-noprecheck batch-http http-peer
+#                      session-floor session-redis memory
+#                      (paid-http-noprecheck: paid-http with the engine's
+#                      local pre-check off, to show what the check costs)
 #                      (batch-http: GET /batch/evm, one batch-settlement
 #                      channel per connection opened by a deposit before the
 #                      clock, then a voucher per call, checked in process;
@@ -50,7 +53,7 @@ MEM_DURATION="${MEM_DURATION:-60}"
 MEM_RATE="${MEM_RATE:-500}"
 MEM_EVERY="${MEM_EVERY:-5}"
 MEM_VALID_FOR="${MEM_VALID_FOR:-60}"
-PATHS=" ${PATHS:-baseline floor challenge paid-memory paid-redis http-floor paid-http batch-http http-peer session-floor session-redis memory} "
+PATHS=" ${PATHS:-baseline floor challenge paid-memory paid-redis http-floor paid-http paid-http-noprecheck batch-http http-peer session-floor session-redis memory} "
 want() { [[ "$PATHS" == *" $1 "* ]]; }
 CONNECTIONS="${CONNECTIONS:-32}"
 PAID_MAX="${PAID_MAX:-60000}"
@@ -167,12 +170,12 @@ fi
 # One for the whole run, on loopback: it accepts every payment and counts
 # the calls (bench/loadgen/src/bin/fake-facilitator.rs).
 FACILITATOR=""
-if want http-floor || want paid-http || want batch-http || want http-peer; then
+if want http-floor || want paid-http || want paid-http-noprecheck || want batch-http || want http-peer; then
     "${PIN_SERVER[@]}" env HOST=127.0.0.1 PORT=0 "$BIN/fake-facilitator" \
         > "$OUT/fake-facilitator.out" 2> "$OUT/fake-facilitator.log" &
     PIDS+=("$!")
     for _ in $(seq 1 100); do
-        FACILITATOR="$(sed -n 's|^listening on http://||p;T;q' "$OUT/fake-facilitator.out")"
+        FACILITATOR="$(sed -n 's|^listening on http://||p;T;q' "$OUT/fake-facilitator.out" 2>/dev/null || true)"
         [ -n "$FACILITATOR" ] && break
         sleep 0.1
     done
@@ -200,7 +203,9 @@ await_listening() { # await_listening NAME PID LOG: sets SERVER_PID and ADDR
     PIDS+=("$SERVER_PID")
     ADDR=""
     for _ in $(seq 1 100); do
-        ADDR="$(sed -n 's|^listening on http://||p;T;q' "$3")"
+        # The log may not exist yet: the server's shell opens it after the
+        # fork, which can lose the race with this first read.
+        ADDR="$(sed -n 's|^listening on http://||p;T;q' "$3" 2>/dev/null || true)"
         [ -n "$ADDR" ] && break
         kill -0 "$SERVER_PID" 2>/dev/null || { cat "$3" >&2; exit 1; }
         sleep 0.1
@@ -297,8 +302,8 @@ for ROUND in $(seq 1 "$ROUNDS"); do
     # their two calls to the same fake facilitator, in alternating order
     # from round to round.
     if [ -n "$FACILITATOR" ]; then
-        http_paths=(http-floor paid-http batch-http http-peer)
-        [ $(( ROUND % 2 )) = 0 ] && http_paths=(http-peer batch-http paid-http http-floor)
+        http_paths=(http-floor paid-http paid-http-noprecheck batch-http http-peer)
+        [ $(( ROUND % 2 )) = 0 ] && http_paths=(http-peer batch-http paid-http-noprecheck paid-http http-floor)
         for p in "${http_paths[@]}"; do
             want "$p" || continue
             case "$p" in
@@ -309,6 +314,11 @@ for ROUND in $(seq 1 "$ROUNDS"); do
                 paid-http)
                     log "round $ROUND/$ROUNDS, paid exact path through the HTTP facilitator (paid-api, in-memory claims)"
                     start_server paid-http paid-api FACILITATOR_URL="http://$FACILITATOR"
+                    ;;
+                paid-http-noprecheck)
+                    log "round $ROUND/$ROUNDS, the same with the engine's local pre-check off (what the check costs)"
+                    start_server paid-http-noprecheck paid-api FACILITATOR_URL="http://$FACILITATOR" \
+                        BENCH_LOCAL_PRECHECK=0
                     ;;
                 batch-http)
                     log "round $ROUND/$ROUNDS, batch-settlement voucher path (paid-api /batch/evm, channels in memory, the same HTTP facilitator for the deposits)"

@@ -197,6 +197,13 @@ pub struct Config {
     pub siwx_nonce_key: Option<String>,
     /// The `batch-settlement` route (`BATCH_*`).
     pub batch: crate::BatchConfig,
+    /// Whether the engine checks each EVM payment's signature, window,
+    /// amount and recipient itself before calling the facilitator
+    /// ([`EngineBuilder::local_precheck`](x402_core::EngineBuilder::local_precheck)):
+    /// `true`, and no variable turns it off. Without it, every forged
+    /// payload costs the facilitator a `/verify` call. The load harness
+    /// turns it off to measure what it costs.
+    pub local_precheck: bool,
 }
 
 impl std::fmt::Debug for Config {
@@ -232,6 +239,7 @@ impl std::fmt::Debug for Config {
                 &self.siwx_nonce_key.as_ref().map(|_| "<redacted>"),
             )
             .field("batch", &self.batch)
+            .field("local_precheck", &self.local_precheck)
             .finish()
     }
 }
@@ -259,6 +267,7 @@ impl Config {
             webhook: None,
             siwx_nonce_key: None,
             batch: crate::BatchConfig::default(),
+            local_precheck: true,
         }
     }
 

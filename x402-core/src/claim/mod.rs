@@ -128,6 +128,7 @@ mod memory;
 mod near;
 #[cfg(feature = "redis")]
 mod redis;
+mod table;
 #[cfg(test)]
 mod tests;
 

@@ -339,8 +339,11 @@ pub(crate) fn permit2(
 /// payment's signer once. Recovery is a pure function of the digest and the
 /// signature, so a remembered answer is always the right one.
 pub(crate) fn recover_cached(digest: B256, signature: &[u8]) -> Result<Address, SignatureError> {
-    /// Bound on remembered signers; past it the memory starts over.
-    const CAPACITY: usize = 4096;
+    /// Bound on remembered signers; past it the memory starts over. A
+    /// signer is asked for again within one request (pre-check, then an
+    /// in-process facilitator's verify and settle), so this only has to
+    /// cover the payments in flight at once; about 100 KB.
+    const CAPACITY: usize = 1024;
     static RECOVERED: OnceLock<Mutex<HashMap<B256, Address>>> = OnceLock::new();
 
     let key = {

@@ -130,10 +130,14 @@ pub fn eip3009_domain(name: &str, version: &str, chain_id: u64, token: Address) 
 /// `network` (a CAIP-2 id such as `eip155:8453`) whatever the case it was
 /// written in. `asset` is the token contract.
 pub fn eip3009_claim_key(network: &str, asset: &Address, auth: &Eip3009Authorization) -> String {
-    format!(
-        "x402:{network}:{asset:#x}:{:#x}:{:#x}",
-        auth.from, auth.nonce
-    )
+    // Written straight into a buffer of the right size: this runs for every
+    // payment, and the formatting machinery cost more than the hashing of
+    // the key that follows.
+    let mut key = super::ClaimKeyWriter::new(network, 3 + 2 * (2 + 40) + 2 + 64);
+    key.hex(asset.as_slice());
+    key.hex(auth.from.as_slice());
+    key.hex(auth.nonce.as_slice());
+    key.finish()
 }
 
 /// How long a claim on [`eip3009_claim_key`] must be kept: until `validBefore`

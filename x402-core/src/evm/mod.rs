@@ -44,6 +44,7 @@ use alloy_primitives::{address, Address, Bytes};
 use serde::{Deserialize, Deserializer, Serialize};
 
 pub(crate) mod check;
+mod claim_key;
 mod eip3009;
 mod permit2;
 pub mod reason;
@@ -51,6 +52,8 @@ mod signature;
 #[cfg(test)]
 mod test_signer;
 mod wire;
+
+use claim_key::ClaimKeyWriter;
 
 pub use eip3009::{
     eip3009_claim_expiry, eip3009_claim_key, eip3009_domain, Eip3009Authorization, ExactEvmPayload,

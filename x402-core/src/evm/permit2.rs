@@ -225,7 +225,11 @@ pub fn permit2_domain(chain_id: u64) -> Eip712Domain {
 /// so the token is not part of the key; and since the nonce is keyed as a
 /// number, `"1"`, `"01"` and `"0x1"` name one payment.
 pub fn permit2_claim_key(network: &str, auth: &Permit2Authorization) -> String {
-    format!("x402:{network}:permit2:{:#x}:{}", auth.from, auth.nonce)
+    let mut key = super::ClaimKeyWriter::new(network, 10 + 2 + 40 + 1 + 78);
+    key.text("permit2");
+    key.hex(auth.from.as_slice());
+    key.decimal(&auth.nonce);
+    key.finish()
 }
 
 /// How long a claim on [`permit2_claim_key`] must be kept: until the permit's

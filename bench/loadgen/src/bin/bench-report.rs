@@ -177,6 +177,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         0.9,
         "HTTP-facilitator paid path / floor",
     )?;
+    // The same two with the engine's local pre-check off: what the engine
+    // costs without the one signature recovery the pre-check adds.
+    versus(
+        "paid-http-noprecheck",
+        "http-peer",
+        1.3,
+        "… pre-check off / x402-rs",
+    )?;
+    versus(
+        "paid-http-noprecheck",
+        "http-floor",
+        0.9,
+        "… pre-check off / floor",
+    )?;
     versus(
         "batch-http",
         "paid-http",
@@ -198,7 +212,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             list(&each),
         )?;
     }
-    for path in ["paid-http", "http-floor", "paid-memory", "baseline"] {
+    if let Some((rss, each)) =
+        median_of("paid-http-noprecheck", &|v| f(v, "server_hwm_kb") / 1024.0)
+    {
+        writeln!(
+            out,
+            "  {:<34} <= 16 MB: {rss:.1} MB {} ({})",
+            "… pre-check off",
+            if rss <= 16.0 { "MET" } else { "MISSED" },
+            list(&each),
+        )?;
+    }
+    for path in [
+        "paid-http",
+        "paid-http-noprecheck",
+        "http-floor",
+        "paid-memory",
+        "baseline",
+    ] {
         if let Some((a, _)) = median_of(path, &|v| f(v, "allocations_per_req")) {
             writeln!(
                 out,

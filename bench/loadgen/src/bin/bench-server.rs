@@ -27,6 +27,8 @@
 //!
 //! `paid-api` with `FACILITATOR_URL` set runs the example against that
 //! facilitator (and funds no dev-ledger payers: there is no dev ledger).
+//! `BENCH_LOCAL_PRECHECK=0` turns the engine's local pre-check off
+//! (`EngineBuilder::local_precheck(false)`), to measure its cost.
 //!
 //! Every mode also serves `GET /__bench/allocations`: the heap allocations
 //! (and bytes) the process has made so far, counted by a wrapping global
@@ -220,7 +222,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         "paid-api" => {
             // paid-api reads PORT/HOST too; the listener is already bound.
-            let config = paid_api::Config::from_env()?.bound_to(addr);
+            let mut config = paid_api::Config::from_env()?.bound_to(addr);
+            // BENCH_LOCAL_PRECHECK=0: the example without the engine's own
+            // signature check, to measure what the check costs.
+            config.local_precheck = std::env::var("BENCH_LOCAL_PRECHECK").as_deref() != Ok("0");
             let (router, state) = paid_api::app(config).await?;
             let payers: u64 = env_or("BENCH_PAYERS", 64);
             let seed: u64 = env_or("BENCH_SEED", 402);
@@ -231,13 +236,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
             eprintln!(
-                "bench-server: paid-api on {addr}, {}, redis: {}",
+                "bench-server: paid-api on {addr}, {}, redis: {}, local pre-check: {}",
                 if remote {
                     "facilitator over HTTP".to_owned()
                 } else {
                     format!("{payers} payers funded on the dev ledger")
                 },
-                std::env::var("REDIS_URL").is_ok()
+                std::env::var("REDIS_URL").is_ok(),
+                std::env::var("BENCH_LOCAL_PRECHECK").as_deref() != Ok("0")
             );
             let router = router.route(ALLOCATIONS_PATH, get(allocations));
             announce(addr)?;
