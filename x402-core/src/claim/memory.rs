@@ -228,6 +228,34 @@ mod tests {
         assert_eq!(until(far), u32::MAX);
     }
 
+    #[test]
+    fn threads_racing_for_keys_while_shards_grow_get_one_winner_each() {
+        // Four threads claim the same 20 000 keys (each in its own order),
+        // while the shards grow from empty: every key is won exactly once.
+        const KEYS: usize = 20_000;
+        let claims = store();
+        let now = SystemTime::now();
+        let until = now + Duration::from_secs(900);
+        let wins: Vec<usize> = std::thread::scope(|scope| {
+            let runners: Vec<_> = (0..4)
+                .map(|t| {
+                    let claims = claims.clone();
+                    scope.spawn(move || {
+                        (0..KEYS)
+                            .map(|i| (i * 7 + t * 5_003) % KEYS)
+                            .filter(|i| {
+                                claims.claim_at(&format!("k{i}"), until, now) == Claimed::Claimed
+                            })
+                            .count()
+                    })
+                })
+                .collect();
+            runners.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        assert_eq!(wins.iter().sum::<usize>(), KEYS, "{wins:?}");
+        assert_eq!(claims.len(), KEYS);
+    }
+
     #[tokio::test]
     async fn a_released_claim_can_be_taken_again() {
         let claims = store();
