@@ -14,6 +14,29 @@ fn unavailable() -> Refusal {
     }
 }
 
+/// One yes-or-no step of checking a proof, given `deadline`: `Ok` on yes,
+/// `Invalid(no)` on no, and [`unavailable`] (logged as `what`) when it
+/// fails or misses the deadline.
+async fn yes_within<E: std::fmt::Display>(
+    deadline: Duration,
+    what: &str,
+    no: &str,
+    check: impl std::future::Future<Output = Result<bool, E>>,
+) -> Result<(), Refusal> {
+    match tokio::time::timeout(deadline, check).await {
+        Ok(Ok(true)) => Ok(()),
+        Ok(Ok(false)) => Err(Refusal::Invalid(no.into())),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "x402: {what} failed");
+            Err(unavailable())
+        }
+        Err(_) => {
+            tracing::error!("x402: {what} missed its deadline");
+            Err(unavailable())
+        }
+    }
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -109,61 +132,31 @@ impl Engine {
             let Some(wallets) = &self.inner.sign_in.smart_wallets else {
                 return Err(Refusal::Invalid("invalid_siwx_signature".into()));
             };
-            let answer = tokio::time::timeout(
+            yes_within(
                 deadline,
+                "smart-wallet signature check",
+                "invalid_siwx_signature",
                 wallets.is_valid_signature(&checked.chain_id, checked.address, *hash, signature),
             )
-            .await;
-            match answer {
-                Ok(Ok(true)) => {}
-                Ok(Ok(false)) => return Err(Refusal::Invalid("invalid_siwx_signature".into())),
-                Ok(Err(e)) => {
-                    tracing::error!(error = %e, "x402: smart-wallet signature check failed");
-                    return Err(unavailable());
-                }
-                Err(_) => {
-                    tracing::error!("x402: smart-wallet signature check missed its deadline");
-                    return Err(unavailable());
-                }
-            }
+            .await?;
         }
         let store = &self.inner.sign_in.store;
         let key = siwx::address_key(&checked.address.to_string());
-        let paid = tokio::time::timeout(
+        yes_within(
             deadline,
+            "sign-in store",
+            "invalid_siwx_not_paid",
             store.has_access(route.pattern(), &key, crate::unix::now()),
         )
-        .await;
-        match paid {
-            Ok(Ok(true)) => {}
-            Ok(Ok(false)) => return Err(Refusal::Invalid("invalid_siwx_not_paid".into())),
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "x402: sign-in store failed");
-                return Err(unavailable());
-            }
-            Err(_) => {
-                tracing::error!("x402: sign-in store missed its deadline");
-                return Err(unavailable());
-            }
-        }
+        .await?;
         // Last: a nonce is spent only by a proof that passes.
-        let fresh = tokio::time::timeout(
+        yes_within(
             deadline,
+            "sign-in store",
+            "invalid_siwx_nonce",
             store.use_nonce(&checked.nonce, checked.nonce_expires_at),
         )
-        .await;
-        match fresh {
-            Ok(Ok(true)) => {}
-            Ok(Ok(false)) => return Err(Refusal::Invalid("invalid_siwx_nonce".into())),
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "x402: sign-in store failed");
-                return Err(unavailable());
-            }
-            Err(_) => {
-                tracing::error!("x402: sign-in store missed its deadline");
-                return Err(unavailable());
-            }
-        }
+        .await?;
 
         let first = resolved
             .accepts
