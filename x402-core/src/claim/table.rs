@@ -101,21 +101,27 @@ impl Table {
     /// live claim holds it; an expired one is taken over in place.
     pub(super) fn claim(&mut self, digest: Digest, until: Until, now: u64) -> Claimed {
         let until = until.max(1);
-        if let Some(i) = self.find(&digest) {
-            let slot = &mut self.slots[i];
-            if u64::from(slot.until) > now {
-                return Claimed::AlreadyClaimed;
+        let empty = match self.probe(&digest) {
+            Ok(i) => {
+                let slot = &mut self.slots[i];
+                if u64::from(slot.until) > now {
+                    return Claimed::AlreadyClaimed;
+                }
+                slot.until = until;
+                return Claimed::Claimed;
             }
-            slot.until = until;
-            return Claimed::Claimed;
-        }
+            Err(empty) => empty,
+        };
         let full = (self.len + 1) * 8 > self.slots.len() * 7;
         let due = self.len >= MIN_SWEEP_LEN / SHARDS
             && now >= self.swept_at.saturating_add(SWEEP_EVERY_SECS);
-        if full || due {
+        let i = if full || due {
+            // The slots may have moved: look again.
             self.sweep(now, full);
-        }
-        let i = self.empty_for(&digest);
+            self.empty_for(&digest)
+        } else {
+            empty
+        };
         self.slots[i] = Slot { digest, until };
         self.len += 1;
         Claimed::Claimed
@@ -191,18 +197,24 @@ impl Table {
 
     /// The slot that holds `digest`.
     fn find(&self, digest: &Digest) -> Option<usize> {
+        self.probe(digest).ok()
+    }
+
+    /// `Ok` with the slot that holds `digest`, or `Err` with the empty slot
+    /// where its probe ended (0 in a table with no slots).
+    fn probe(&self, digest: &Digest) -> Result<usize, usize> {
         let n = self.slots.len();
         if n == 0 {
-            return None;
+            return Err(0);
         }
         let mut i = self.home(digest);
         loop {
             let slot = &self.slots[i];
             if slot.until == 0 {
-                return None;
+                return Err(i);
             }
             if slot.digest == *digest {
-                return Some(i);
+                return Ok(i);
             }
             i = if i + 1 == n { 0 } else { i + 1 };
         }
