@@ -266,28 +266,17 @@ pub struct PayOutcome {
 /// `node tests/js/pay.mjs`, with `extra` arguments (e.g. `--schemes exact,upto`).
 /// The node process is killed if it outlives `timeout`.
 pub async fn pay(client: &str, url: &str, key: &str, rpc: &str, extra: &[&str]) -> PayOutcome {
-    let child = require::node_async("pay.mjs")
+    let mut command = require::node_async("pay.mjs");
+    command
         .args(["--client", client, "--url", url, "--key", key, "--rpc", rpc])
         .args(["--timeout-ms", "60000"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot run node (node >= 20 is needed for the interop tests)");
-    let output = tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
-        .await
-        .expect("pay.mjs did not finish within 90 s")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let json = stdout
-        .lines()
-        .rev()
-        .find_map(|l| serde_json::from_str(l).ok())
-        .unwrap_or(Value::Null);
+        .args(extra);
+    let (exit_code, json, stderr) =
+        require::node_json(command, "pay.mjs", Duration::from_secs(90)).await;
     PayOutcome {
-        exit_code: output.status.code(),
+        exit_code,
         json,
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        stderr,
     }
 }
 

@@ -509,28 +509,17 @@ impl BatchChain {
 
     /// [`pay`](Self::pay) with another buyer key.
     pub async fn pay_as(&self, key: &str, url: &str, calls: usize, extra: &[&str]) -> BatchPay {
-        let child = require::node_async("batch/pay.mjs")
+        let mut command = require::node_async("batch/pay.mjs");
+        command
             .args(["--url", url, "--key", key, "--rpc", &self.rpc_url])
             .args(["--calls", &calls.to_string()])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("cannot run node batch/pay.mjs");
-        let output = tokio::time::timeout(Duration::from_secs(300), child.wait_with_output())
-            .await
-            .expect("batch/pay.mjs did not finish within 300 s")
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let json = stdout
-            .lines()
-            .rev()
-            .find_map(|l| serde_json::from_str(l).ok())
-            .unwrap_or(Value::Null);
+            .args(extra);
+        let (exit_code, json, stderr) =
+            require::node_json(command, "batch/pay.mjs", Duration::from_secs(300)).await;
         BatchPay {
-            exit_code: output.status.code(),
+            exit_code,
             json,
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            stderr,
         }
     }
 

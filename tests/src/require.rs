@@ -119,6 +119,37 @@ pub fn node_async(script: &str) -> tokio::process::Command {
     command
 }
 
+/// Runs `command` (from [`node_async`], running `script`) to its end, killed
+/// if it outlives `limit`: its exit code, the last JSON line of its stdout
+/// (`Value::Null` when there is none), and its stderr.
+///
+/// # Panics
+///
+/// When node cannot be started, or `limit` passes.
+pub async fn node_json(
+    mut command: tokio::process::Command,
+    script: &str,
+    limit: std::time::Duration,
+) -> (Option<i32>, serde_json::Value, String) {
+    let child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run node {script} (node >= 20 is needed): {e}"));
+    let output = tokio::time::timeout(limit, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{script} did not finish within {limit:?}"))
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let json = stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or(serde_json::Value::Null);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output.status.code(), json, stderr)
+}
+
 /// The pinned anvil binary of `tests/js/node_modules`, after
 /// [`node_tooling`].
 ///
