@@ -32,6 +32,9 @@
 #                      session-floor session-redis memory
 #                      (paid-http-noprecheck: paid-http with the engine's
 #                      local pre-check off, to show what the check costs)
+#                      (paid-http-engine, not run by default: the engine
+#                      and PaywallLayer alone, pre-check off, in front of
+#                      the bare handler, no example app around them)
 #                      (batch-http: GET /batch/evm, one batch-settlement
 #                      channel per connection opened by a deposit before the
 #                      clock, then a voucher per call, checked in process;
@@ -170,7 +173,7 @@ fi
 # One for the whole run, on loopback: it accepts every payment and counts
 # the calls (bench/loadgen/src/bin/fake-facilitator.rs).
 FACILITATOR=""
-if want http-floor || want paid-http || want paid-http-noprecheck || want batch-http || want http-peer; then
+if want http-floor || want paid-http || want paid-http-noprecheck || want paid-http-engine || want batch-http || want http-peer; then
     "${PIN_SERVER[@]}" env HOST=127.0.0.1 PORT=0 "$BIN/fake-facilitator" \
         > "$OUT/fake-facilitator.out" 2> "$OUT/fake-facilitator.log" &
     PIDS+=("$!")
@@ -302,8 +305,8 @@ for ROUND in $(seq 1 "$ROUNDS"); do
     # their two calls to the same fake facilitator, in alternating order
     # from round to round.
     if [ -n "$FACILITATOR" ]; then
-        http_paths=(http-floor paid-http paid-http-noprecheck batch-http http-peer)
-        [ $(( ROUND % 2 )) = 0 ] && http_paths=(http-peer batch-http paid-http-noprecheck paid-http http-floor)
+        http_paths=(http-floor paid-http paid-http-noprecheck paid-http-engine batch-http http-peer)
+        [ $(( ROUND % 2 )) = 0 ] && http_paths=(http-peer batch-http paid-http-engine paid-http-noprecheck paid-http http-floor)
         for p in "${http_paths[@]}"; do
             want "$p" || continue
             case "$p" in
@@ -318,6 +321,11 @@ for ROUND in $(seq 1 "$ROUNDS"); do
                 paid-http-noprecheck)
                     log "round $ROUND/$ROUNDS, the same with the engine's local pre-check off (what the check costs)"
                     start_server paid-http-noprecheck paid-api FACILITATOR_URL="http://$FACILITATOR" \
+                        BENCH_LOCAL_PRECHECK=0
+                    ;;
+                paid-http-engine)
+                    log "round $ROUND/$ROUNDS, the engine alone (PaywallLayer, pre-check off) before the bare handler"
+                    start_server paid-http-engine paid-http-engine FACILITATOR_URL="http://$FACILITATOR" \
                         BENCH_LOCAL_PRECHECK=0
                     ;;
                 batch-http)

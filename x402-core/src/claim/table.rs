@@ -8,17 +8,17 @@
 //! slots are 58 % to 88 % used, and a shard is rebuilt alone, so the
 //! moment of growth costs one shard's table, not the whole store's.
 //!
-//! The digest is the first half of a Keccak-256, uniformly distributed, so
-//! its bytes are used as they are: bytes 0..8 place a key in its shard's
-//! table, byte 15 picks the shard.
+//! The digest is two keyed 64-bit hashes, uniformly distributed, so its
+//! bytes are used as they are: bytes 0..8 (the first hash) place a key in
+//! its shard's table, byte 15 (of the second) picks the shard.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::Claimed;
 use crate::swept::{MIN_SWEEP_LEN, SWEEP_EVERY_SECS};
 
-/// What a claim is stored under: the first 16 bytes of its key's
-/// Keccak-256.
+/// What a claim is stored under: a 128-bit keyed digest of its key (see
+/// `memory::Digester`).
 pub(super) type Digest = [u8; 16];
 
 /// When a claim ends, in whole Unix seconds; 0 marks an empty slot (a real

@@ -190,7 +190,8 @@ impl Engine {
             )
             .await;
         if let Some(held) = identifier {
-            held.release().await;
+            // Boxed: only refused payments that carried an id get here.
+            Box::pin(held.release()).await;
         }
         decision
     }
@@ -219,8 +220,10 @@ impl Engine {
             ))
         };
 
+        // Boxed, like the facilitator request below: this future is itself
+        // boxed and moved, and the decoded payment is large.
         let payload = match codec::decode_payment(header.as_bytes(), self.inner.max_header_bytes) {
-            Ok(p) => p,
+            Ok(p) => Box::new(p),
             Err(e) => {
                 tracing::debug!(error = %e, "x402: unreadable payment header");
                 return refuse(Refusal::InvalidHeader(e.reason()), None, None);
@@ -255,7 +258,7 @@ impl Engine {
                 resolved.clone(),
                 resource.clone(),
                 enriched.clone(),
-                payload,
+                *payload,
                 offer,
             ))
             .await;
@@ -277,7 +280,8 @@ impl Engine {
                 None => return refuse(Refusal::NoMatchingRequirements, Some(version), None),
             },
         };
-        let Some(request_body) = FacilitatorRequest::new(payload, requirements) else {
+        let Some(request_body) = FacilitatorRequest::new(*payload, requirements).map(Box::new)
+        else {
             return refuse(Refusal::NoMatchingRequirements, Some(version), None);
         };
 

@@ -166,7 +166,8 @@ impl Pending {
         }
         match decision {
             Decision::Paid(mut paid) if paid.timing() == SettlementTiming::BeforeHandler => {
-                match paid.settle_first().await {
+                // Boxed: most routes settle after their handler.
+                match Box::pin(paid.settle_first()).await {
                     Ok(()) => Decision::Paid(paid),
                     Err(response) => Decision::Respond(response),
                 }

@@ -2,7 +2,6 @@
 //! receipt, and what happens when the client goes away.
 
 use std::{
-    borrow::Cow,
     fmt,
     sync::Arc,
     time::{Duration, Instant},
@@ -78,7 +77,7 @@ pub(super) enum Kind {
 }
 
 pub(super) struct PaymentState {
-    pub(super) request: FacilitatorRequest,
+    pub(super) request: Box<FacilitatorRequest>,
     pub(super) network: String,
     pub(super) timing: SettlementTiming,
     pub(super) resource: v2::ResourceInfo,
@@ -240,7 +239,7 @@ impl PaidRequest {
                 response::expose(headers);
                 headers.extend(std::mem::take(receipt));
                 if let Some(held) = self.identifier.take() {
-                    held.record(status, headers.clone()).await;
+                    Box::pin(held.record(status, headers.clone())).await;
                 }
                 return Completion::Deliver;
             }
@@ -341,7 +340,13 @@ impl PaidRequest {
         Ok(())
     }
 
+    /// Releases what the request held and tells the hooks; boxed, so that
+    /// the futures of the paths that seldom cancel stay small.
     async fn cancel(&mut self, reason: CancelReason) {
+        Box::pin(self.cancel_now(reason)).await;
+    }
+
+    async fn cancel_now(&mut self, reason: CancelReason) {
         self.finished = true;
         if let Some(held) = self.identifier.take() {
             held.release().await;
@@ -415,7 +420,7 @@ impl PaidRequest {
         let work = async move {
             let result = settlement.run().await;
             if let Some(held) = identifier {
-                held.settled(&result).await;
+                Box::pin(held.settled(&result)).await;
             }
             result
         };
@@ -520,14 +525,13 @@ impl Settlement {
         let state = &self.state;
         let charge = self.charge;
         // The verified request as it is, or with the `upto` charge.
-        let settle_request = match charge {
-            None => Cow::Borrowed(&state.request),
-            Some(charge) => {
-                let mut request = state.request.clone();
-                request.payment_requirements = request.payment_requirements.with_amount(charge);
-                Cow::Owned(request)
-            }
-        };
+        // Boxed when charged: this future is boxed itself.
+        let charged = charge.map(|charge| {
+            let mut request = state.request.clone();
+            request.payment_requirements = request.payment_requirements.with_amount(charge);
+            request
+        });
+        let settle_request: &FacilitatorRequest = charged.as_deref().unwrap_or(&state.request);
         let ctx = PaymentContext {
             route: self.route.route.pattern(),
             payload: &settle_request.payment_payload,
@@ -571,7 +575,7 @@ impl Settlement {
             );
             let answer = self
                 .engine
-                .settle_with_pending_retry(&settle_request)
+                .settle_with_pending_retry(settle_request)
                 .instrument(span)
                 .await;
             match answer {
@@ -633,14 +637,14 @@ impl Settlement {
         }
         if self.route.route.sign_in_with_x.is_some() {
             let payer = receipt.payer.as_deref();
-            self.engine.record_sign_in(&self.route, payer).await;
+            Box::pin(self.engine.record_sign_in(&self.route, payer)).await;
         }
         let mut headers = HeaderMap::new();
         if let Some((name, value)) = response::receipt_header(&receipt, self.payment.version) {
             headers.insert(name, value);
         }
         if let Some(offer) = state.session.and_then(|i| state.resolved.sessions.get(i)) {
-            self.open_session(&ctx, offer, &receipt, &mut headers).await;
+            Box::pin(self.open_session(&ctx, offer, &receipt, &mut headers)).await;
         }
         Ok(headers)
     }

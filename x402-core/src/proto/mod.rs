@@ -153,11 +153,20 @@ impl PaymentPayload {
             #[serde(rename = "x402Version")]
             version: Option<Value>,
         }
-        let peek: Peek = serde_json::from_slice(json).map_err(PayloadParseError::Json)?;
-        let version = match peek.version {
-            None => return Err(PayloadParseError::MissingVersion),
-            Some(Value::Number(n)) => n.as_u64(),
-            Some(_) => None,
+        // The official clients write the version first: then it is read
+        // from the first bytes instead of a pass over the whole document
+        // (a document that also repeats the key later is refused by the
+        // parse below, as by the peek).
+        let version = match leading_version(json) {
+            Some(version) => Some(version),
+            None => {
+                let peek: Peek = serde_json::from_slice(json).map_err(PayloadParseError::Json)?;
+                match peek.version {
+                    None => return Err(PayloadParseError::MissingVersion),
+                    Some(Value::Number(n)) => n.as_u64(),
+                    Some(_) => None,
+                }
+            }
         };
         match version.and_then(X402Version::from_number) {
             Some(X402Version::V1) => serde_json::from_slice(json)
@@ -186,6 +195,15 @@ impl PaymentPayload {
                 .map(Self::V2)
                 .map_err(PayloadParseError::Json),
         }
+    }
+}
+
+/// `N` when `json` starts with `{"x402Version":N,` for a one-digit `N`.
+fn leading_version(json: &[u8]) -> Option<u64> {
+    const PREFIX: &[u8] = b"{\"x402Version\":";
+    match json.strip_prefix(PREFIX)? {
+        [digit @ b'0'..=b'9', b',', ..] => Some(u64::from(digit - b'0')),
+        _ => None,
     }
 }
 

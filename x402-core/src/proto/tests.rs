@@ -255,3 +255,65 @@ proptest! {
         let _ = PaymentPayload::from_value(Value::Object(o));
     }
 }
+
+/// What `from_json_slice` answers, as a comparable string: the version it
+/// parsed, or the kind of refusal.
+fn parsed(json: &[u8]) -> String {
+    match PaymentPayload::from_json_slice(json) {
+        Ok(p) => format!("ok {:?}", p.version()),
+        Err(PayloadParseError::MissingVersion) => "missing".into(),
+        Err(PayloadParseError::UnsupportedVersion) => "unsupported".into(),
+        Err(PayloadParseError::Json(_)) => "json".into(),
+    }
+}
+
+/// The same document with the version key moved after the others, so that
+/// only the full peek can find it.
+fn version_last(json: &str) -> String {
+    let value: Value = serde_json::from_str(json).unwrap();
+    let mut object = value.as_object().unwrap().clone();
+    let version = object.remove("x402Version").unwrap();
+    let mut out = serde_json::to_string(&object).unwrap();
+    out.pop();
+    format!("{out},\"x402Version\":{version}}}")
+}
+
+#[test]
+fn the_leading_version_shortcut_answers_as_the_full_peek() {
+    let v2 = String::from_utf8(
+        codec::decode_to_json(headers("v2", "PAYMENT-SIGNATURE")[0].as_bytes(), usize::MAX)
+            .unwrap(),
+    )
+    .unwrap();
+    let v1 = String::from_utf8(
+        codec::decode_to_json(headers("v1", "X-PAYMENT")[0].as_bytes(), usize::MAX).unwrap(),
+    )
+    .unwrap();
+    assert!(v2.starts_with("{\"x402Version\":2,"), "{v2}");
+    assert!(v1.starts_with("{\"x402Version\":1,"), "{v1}");
+    for doc in [&v2, &v1] {
+        assert_eq!(parsed(doc.as_bytes()), parsed(version_last(doc).as_bytes()));
+    }
+    assert_eq!(parsed(v2.as_bytes()), "ok V2");
+    assert_eq!(parsed(v1.as_bytes()), "ok V1");
+    // Versions this crate does not know, and shapes the shortcut leaves to
+    // the peek.
+    let rest = &v2["{\"x402Version\":2".len()..];
+    let v2_open = &v2[..v2.len() - 1];
+    for (doc, want) in [
+        (format!("{{\"x402Version\":3{rest}"), "unsupported"),
+        (format!("{{\"x402Version\":0{rest}"), "unsupported"),
+        (format!("{{\"x402Version\":22{rest}"), "unsupported"),
+        (format!("{{\"x402Version\":\"2\"{rest}"), "unsupported"),
+        (format!("{{ \"x402Version\":2{rest}"), "ok V2"),
+        (format!("{{\"x402Version\": 2{rest}"), "ok V2"),
+        (format!("{{\"x402Version\":2.0{rest}"), "unsupported"),
+        // Repeated: refused, whichever way the version was read.
+        (format!("{v2_open},\"x402Version\":2}}"), "json"),
+        ("{\"x402Version\":2,".to_owned(), "json"),
+        ("{\"x402Version\":2}".to_owned(), "json"),
+        ("{}".to_owned(), "missing"),
+    ] {
+        assert_eq!(parsed(doc.as_bytes()), want, "{doc}");
+    }
+}

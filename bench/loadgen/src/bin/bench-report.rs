@@ -192,6 +192,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "… pre-check off / floor",
     )?;
     versus(
+        "paid-http-engine",
+        "http-floor",
+        0.9,
+        "… the engine alone / floor",
+    )?;
+    versus(
         "batch-http",
         "paid-http",
         1.0,
@@ -226,6 +232,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for path in [
         "paid-http",
         "paid-http-noprecheck",
+        "paid-http-engine",
         "http-floor",
         "paid-memory",
         "baseline",

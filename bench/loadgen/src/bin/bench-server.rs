@@ -25,6 +25,12 @@
 //!   matching, no claim, no checks). Without a payment it answers the
 //!   example's 402, so that the load generator can read the offer.
 //!
+//! - `paid-http-engine`: the engine alone: `GET /exact/evm/eip3009` (the
+//!   example's offer, at `FACILITATOR_URL`) behind `x402_axum::PaywallLayer`
+//!   in front of the bare handler, with the engine's defaults and nothing
+//!   of the example around it (no metrics recorder, no discovery, no other
+//!   routes); `BENCH_LOCAL_PRECHECK=0` as below.
+//!
 //! `paid-api` with `FACILITATOR_URL` set runs the example against that
 //! facilitator (and funds no dev-ledger payers: there is no dev ledger).
 //! `BENCH_LOCAL_PRECHECK=0` turns the engine's local pre-check off
@@ -220,6 +226,36 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
             serve(listener, router).await?;
         }
+        "paid-http-engine" => {
+            let url = std::env::var("FACILITATOR_URL")
+                .map_err(|_| "paid-http-engine needs FACILITATOR_URL")?;
+            let config = paid_api::Config::from_env()?.bound_to(addr);
+            let asset = &config.asset;
+            let offer = x402_core::route::Offer::exact(
+                &config.network,
+                "$0.001",
+                config.pay_to.to_checksum(None),
+            )
+            .asset(
+                x402_core::route::Asset::new(asset.address.to_checksum(None), asset.decimals)
+                    .eip712(&asset.name, &asset.version),
+            );
+            let engine =
+                x402_core::Engine::builder(x402_core::facilitator::HttpFacilitator::new(&url)?)
+                    .local_precheck(std::env::var("BENCH_LOCAL_PRECHECK").as_deref() != Ok("0"))
+                    .public_origin(config.public_origin())
+                    .route(
+                        x402_core::route::Route::get("/exact/evm/eip3009")
+                            .offer(offer)
+                            .description("A paid endpoint: $0.001 per call")
+                            .mime_type("application/json"),
+                    )
+                    .build()?;
+            let router = Router::new()
+                .route("/exact/evm/eip3009", get(paid_body))
+                .layer(x402_axum::PaywallLayer::new(engine));
+            serve(listener, router).await?;
+        }
         "paid-api" => {
             // paid-api reads PORT/HOST too; the listener is already bound.
             let mut config = paid_api::Config::from_env()?.bound_to(addr);
@@ -252,7 +288,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         other => {
             return Err(format!(
-                "usage: bench-server baseline|challenge-floor|session-floor|paid-http-floor|paid-api (got {other:?})"
+                "usage: bench-server baseline|challenge-floor|session-floor|paid-http-floor|paid-http-engine|paid-api (got {other:?})"
             )
             .into());
         }
