@@ -63,8 +63,9 @@ fn until(t: SystemTime) -> Until {
 ///
 /// A claim takes one 20-byte slot: the key kept as a 16-byte digest (a
 /// SipHash under two random keys of this store, so that nobody can aim
-/// collisions at it) and the expiry as whole seconds, not as strings. The slots are 58 % to 88 % used, so a live claim costs 23 to 35
-/// bytes ([`heap_bytes`](Self::heap_bytes)). The claims are split into 16
+/// collisions at it) and the expiry as whole seconds, not as strings. The
+/// slots are 58 % to 88 % used, so a live claim costs 23 to 35 bytes
+/// ([`heap_bytes`](Self::heap_bytes)). The claims are split into 16
 /// shards, each with its own lock and grown on its own, so concurrent
 /// claims rarely wait for each other and growing never copies the whole
 /// store at once.

@@ -26,7 +26,8 @@
 //!   example's 402, so that the load generator can read the offer.
 //!
 //! - `paid-http-engine`: the engine alone: `GET /exact/evm/eip3009` (the
-//!   example's offer, at `FACILITATOR_URL`) behind `x402_axum::PaywallLayer`
+//!   example's offer without its payment-identifier declaration, verified
+//!   and settled at `FACILITATOR_URL`) behind `x402_axum::PaywallLayer`
 //!   in front of the bare handler, with the engine's defaults and nothing
 //!   of the example around it (no metrics recorder, no discovery, no other
 //!   routes); `BENCH_LOCAL_PRECHECK=0` as below.
