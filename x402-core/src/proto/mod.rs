@@ -153,10 +153,10 @@ impl PaymentPayload {
             #[serde(rename = "x402Version")]
             version: Option<Value>,
         }
-        // The official clients write the version first: then it is read
-        // from the first bytes instead of a pass over the whole document
-        // (a document that also repeats the key later is refused by the
-        // parse below, as by the peek).
+        // A payment that starts with its version (as upstream's example
+        // payments do) has it read from the first bytes instead of a pass
+        // over the whole document (a document that also repeats the key
+        // later is refused by the parse below, as by the peek).
         let version = match leading_version(json) {
             Some(version) => Some(version),
             None => {
