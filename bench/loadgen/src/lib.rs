@@ -7,6 +7,25 @@ use alloy_signer_local::PrivateKeySigner;
 
 pub mod batch;
 
+/// What any seller builds from a payment header before calling a
+/// facilitator, with no engine: the header decoded and paired with the
+/// requirement it says it accepted (version 2 only). The floors of the
+/// bench server and of `engine-cost` both start here.
+pub fn floor_request(
+    header: &[u8],
+) -> Result<x402_core::proto::FacilitatorRequest, Box<dyn std::error::Error + Send + Sync>> {
+    use x402_core::{
+        codec,
+        proto::{FacilitatorRequest, PaymentPayload, PaymentRequirements},
+    };
+    let payload = codec::decode_payment(header, codec::DEFAULT_MAX_HEADER_BYTES)?;
+    let PaymentPayload::V2(v2) = &payload else {
+        return Err("not a version 2 payment".into());
+    };
+    let requirements = PaymentRequirements::V2(v2.accepted.clone());
+    Ok(FacilitatorRequest::new(payload, requirements).ok_or("version mismatch")?)
+}
+
 /// Where the bench server answers its allocation counts.
 pub const ALLOCATIONS_PATH: &str = "/__bench/allocations";
 

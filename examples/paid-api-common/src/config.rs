@@ -56,7 +56,7 @@ impl AssetConfig {
     }
 
     /// The asset as the route table names it.
-    pub(crate) fn asset(&self) -> Asset {
+    pub fn asset(&self) -> Asset {
         Asset::new(self.address.to_checksum(None), self.decimals).eip712(&self.name, &self.version)
     }
 }

@@ -111,6 +111,11 @@ async fn health() -> Json<Value> {
     Json(paid_api_common::health_body())
 }
 
+/// Whether the engine's local pre-check is on: unless `BENCH_LOCAL_PRECHECK=0`.
+fn local_precheck() -> bool {
+    std::env::var("BENCH_LOCAL_PRECHECK").as_deref() != Ok("0")
+}
+
 fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -231,19 +236,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let url = std::env::var("FACILITATOR_URL")
                 .map_err(|_| "paid-http-engine needs FACILITATOR_URL")?;
             let config = paid_api::Config::from_env()?.bound_to(addr);
-            let asset = &config.asset;
             let offer = x402_core::route::Offer::exact(
                 &config.network,
                 "$0.001",
                 config.pay_to.to_checksum(None),
             )
-            .asset(
-                x402_core::route::Asset::new(asset.address.to_checksum(None), asset.decimals)
-                    .eip712(&asset.name, &asset.version),
-            );
+            .asset(config.asset.asset());
             let engine =
                 x402_core::Engine::builder(x402_core::facilitator::HttpFacilitator::new(&url)?)
-                    .local_precheck(std::env::var("BENCH_LOCAL_PRECHECK").as_deref() != Ok("0"))
+                    .local_precheck(local_precheck())
                     .public_origin(config.public_origin())
                     .route(
                         x402_core::route::Route::get("/exact/evm/eip3009")
@@ -262,7 +263,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut config = paid_api::Config::from_env()?.bound_to(addr);
             // BENCH_LOCAL_PRECHECK=0: the example without the engine's own
             // signature check, to measure what the check costs.
-            config.local_precheck = std::env::var("BENCH_LOCAL_PRECHECK").as_deref() != Ok("0");
+            config.local_precheck = local_precheck();
             let (router, state) = paid_api::app(config).await?;
             let payers: u64 = env_or("BENCH_PAYERS", 64);
             let seed: u64 = env_or("BENCH_SEED", 402);
@@ -280,7 +281,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     format!("{payers} payers funded on the dev ledger")
                 },
                 std::env::var("REDIS_URL").is_ok(),
-                std::env::var("BENCH_LOCAL_PRECHECK").as_deref() != Ok("0")
+                local_precheck()
             );
             let router = router.route(ALLOCATIONS_PATH, get(allocations));
             announce(addr)?;
@@ -336,17 +337,8 @@ impl HttpFloor {
         &self,
         header: &http::HeaderValue,
     ) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
-        use x402_core::{
-            codec,
-            facilitator::Facilitator as _,
-            proto::{FacilitatorRequest, PaymentPayload, PaymentRequirements},
-        };
-        let payload = codec::decode_payment(header.as_bytes(), codec::DEFAULT_MAX_HEADER_BYTES)?;
-        let PaymentPayload::V2(v2) = &payload else {
-            return Err("not a version 2 payment".into());
-        };
-        let requirements = PaymentRequirements::V2(v2.accepted.clone());
-        let request = FacilitatorRequest::new(payload, requirements).ok_or("version mismatch")?;
+        use x402_core::{codec, facilitator::Facilitator as _};
+        let request = x402_loadgen::floor_request(header.as_bytes())?;
         let verdict = self.facilitator.verify(&request).await?;
         if !verdict.is_valid {
             return Err("invalid".into());

@@ -26,12 +26,7 @@
 //!   claim, verify and settle against the stand-in, the receipt.
 
 // A measurement that goes wrong stops loudly: these are its asserts.
-#![allow(
-    clippy::print_stdout,
-    clippy::print_stderr,
-    clippy::expect_used,
-    clippy::panic
-)]
+#![allow(clippy::print_stdout, clippy::print_stderr, clippy::expect_used)]
 
 use std::time::Instant;
 
@@ -42,7 +37,7 @@ use tower::{Service, ServiceExt};
 use x402_core::{
     claim::{claim_key, ClaimStore, MemoryClaimStore},
     codec,
-    proto::{FacilitatorRequest, PaymentPayload, PaymentRequirements, SettleResponse},
+    proto::{PaymentRequirements, SettleResponse},
     testing::{self, StandIn},
     Engine, Offer, Route,
 };
@@ -150,18 +145,9 @@ fn main() -> Result<(), Error> {
                 rt.block_on(async {
                     let req = request(Some(h));
                     let header = req.headers().get(codec::PAYMENT_SIGNATURE);
-                    let payload = header.map(|h| {
-                        codec::decode_payment(h.as_bytes(), codec::DEFAULT_MAX_HEADER_BYTES)
-                    });
-                    let Some(Ok(payload)) = payload else {
-                        panic!("undecodable payment");
-                    };
-                    let PaymentPayload::V2(v2) = &payload else {
-                        panic!("not a version 2 payment");
-                    };
-                    let requirements = PaymentRequirements::V2(v2.accepted.clone());
-                    let pair = FacilitatorRequest::new(payload, requirements);
-                    std::hint::black_box(&pair);
+                    let pair = header.map(|h| x402_loadgen::floor_request(h.as_bytes()));
+                    assert!(matches!(pair, Some(Ok(_))), "undecodable payment");
+                    let _ = std::hint::black_box(pair);
                     let encoded = codec::encode(&receipt);
                     let res = bare.clone().oneshot(req).await;
                     let _ = std::hint::black_box(encoded);
