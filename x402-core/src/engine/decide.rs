@@ -233,19 +233,22 @@ impl Engine {
 
         // payment-identifier: looked up before verifying (a resend of a
         // settled payment no longer verifies). A refusal below leaves the
-        // reservation to `pay`, which releases it.
-        *identifier = match Box::pin(crate::payment_id::flow::begin(
-            &self.inner.payment_ids,
-            route,
-            &payload,
-            header,
-            self.inner.max_header_bytes,
-        ))
-        .await
-        {
-            Ok(held) => held,
-            Err(response) => return Decision::Respond(response),
-        };
+        // reservation to `pay`, which releases it. Boxed, and only awaited
+        // on routes that declare the extension: most do not.
+        if crate::payment_id::declared(&route.extensions).is_some() {
+            *identifier = match Box::pin(crate::payment_id::flow::begin(
+                &self.inner.payment_ids,
+                route,
+                &payload,
+                header,
+                self.inner.max_header_bytes,
+            ))
+            .await
+            {
+                Ok(held) => held,
+                Err(response) => return Decision::Respond(response),
+            };
+        }
 
         let Some(matched) = find_match(&resolved, &payload) else {
             return refuse(Refusal::NoMatchingRequirements, Some(version), None);

@@ -67,6 +67,19 @@ impl<'a> RequestUrl<'a> {
             .and_then(|rest| rest.strip_prefix(self.authority))
             == Some(self.path)
     }
+
+    /// The URL as one string, allocated once at its final length
+    /// (`to_string` would grow it piece by piece).
+    pub(super) fn to_url(self) -> String {
+        let mut url = String::with_capacity(
+            self.scheme.len() + "://".len() + self.authority.len() + self.path.len(),
+        );
+        url.push_str(self.scheme);
+        url.push_str("://");
+        url.push_str(self.authority);
+        url.push_str(self.path);
+        url
+    }
 }
 
 impl Origin {
@@ -120,10 +133,4 @@ pub(super) fn is_authority(value: &str) -> bool {
         && value
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b))
-}
-
-impl fmt::Display for RequestUrl<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}://{}{}", self.scheme, self.authority, self.path)
-    }
 }

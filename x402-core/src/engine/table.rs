@@ -268,7 +268,7 @@ pub(super) fn enrich_bazaar(
 pub(super) fn resource_for(route: &Route, url: RequestUrl<'_>) -> v2::ResourceInfo {
     let url = match &route.resource_url {
         Some(url) => url.clone(),
-        None => url.to_string(),
+        None => url.to_url(),
     };
     v2::ResourceInfo {
         url,

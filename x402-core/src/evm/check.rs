@@ -14,8 +14,8 @@ use std::{
 use alloy_primitives::{Address, B256, U256};
 
 use super::{
-    eip3009_domain, reason, recover_signer, ExactEvmPayload, Permit2Payload, SignatureError,
-    EXACT_PERMIT2_PROXY, UPTO_PERMIT2_PROXY,
+    reason, recover_signer, ExactEvmPayload, Permit2Payload, SignatureError, EXACT_PERMIT2_PROXY,
+    UPTO_PERMIT2_PROXY,
 };
 use crate::proto::{FacilitatorRequest, PaymentPayload, PaymentRequirements};
 
@@ -130,7 +130,7 @@ pub(crate) fn eip3009(
     let auth = &payload.authorization;
     let payer = Some(auth.from);
 
-    let digest = auth.signing_hash(&eip3009_domain(name, version, chain_id, asset));
+    let digest = auth.signing_hash_in(name, version, chain_id, asset);
     match recover_cached(digest, &payload.signature) {
         Ok(signer) if signer == auth.from => {}
         Ok(_) => {

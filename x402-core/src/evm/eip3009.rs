@@ -2,8 +2,8 @@
 
 use std::borrow::Cow;
 
-use alloy_primitives::{Address, Bytes, B256, U256};
-use alloy_sol_types::{Eip712Domain, SolStruct};
+use alloy_primitives::{b256, keccak256, Address, Bytes, B256, U256};
+use alloy_sol_types::Eip712Domain;
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -12,6 +12,9 @@ use super::{
 };
 use crate::money::AtomicAmount;
 
+/// alloy's derivation of the message: the reference the hashing below is
+/// tested against.
+#[cfg(test)]
 mod sol {
     alloy_sol_types::sol! {
         /// EIP-3009's signed message.
@@ -82,6 +85,7 @@ pub struct Eip3009Authorization {
 }
 
 impl Eip3009Authorization {
+    #[cfg(test)]
     fn to_sol(&self) -> sol::TransferWithAuthorization {
         sol::TransferWithAuthorization {
             from: self.from,
@@ -95,14 +99,126 @@ impl Eip3009Authorization {
 
     /// The EIP-712 `hashStruct` of the `TransferWithAuthorization` message.
     pub fn struct_hash(&self) -> B256 {
-        self.to_sol().eip712_hash_struct()
+        // Its encoding written out: seven 32-byte words, the type hash a
+        // constant (alloy's derived version hashes the type string and
+        // builds the encoding in a vector on every call; this runs for
+        // every payment the engine pre-checks).
+        let mut words = [0u8; 7 * 32];
+        words[..32].copy_from_slice(TRANSFER_WITH_AUTHORIZATION_TYPEHASH.as_slice());
+        words[44..64].copy_from_slice(self.from.as_slice());
+        words[76..96].copy_from_slice(self.to.as_slice());
+        words[96..128].copy_from_slice(&self.value.get().to_be_bytes::<32>());
+        words[128..160].copy_from_slice(&self.valid_after.to_be_bytes::<32>());
+        words[160..192].copy_from_slice(&self.valid_before.to_be_bytes::<32>());
+        words[192..].copy_from_slice(self.nonce.as_slice());
+        keccak256(words)
     }
 
     /// The EIP-712 digest the payer signed: `keccak256(0x1901 ‖
     /// domainSeparator ‖ hashStruct(message))`, in the token's `domain` (see
     /// [`eip3009_domain`]).
     pub fn signing_hash(&self, domain: &Eip712Domain) -> B256 {
-        self.to_sol().eip712_signing_hash(domain)
+        eip712_digest(domain.separator(), self.struct_hash())
+    }
+
+    /// [`signing_hash`](Self::signing_hash) in the domain
+    /// [`eip3009_domain`] would build from these parts, its separator
+    /// remembered per thread for the few domains a seller uses.
+    pub(crate) fn signing_hash_in(
+        &self,
+        name: &str,
+        version: &str,
+        chain_id: u64,
+        token: Address,
+    ) -> B256 {
+        eip712_digest(
+            separators::get(name, version, chain_id, token),
+            self.struct_hash(),
+        )
+    }
+}
+
+/// `keccak256("TransferWithAuthorization(address from,address to,uint256
+/// value,uint256 validAfter,uint256 validBefore,bytes32 nonce)")`.
+const TRANSFER_WITH_AUTHORIZATION_TYPEHASH: B256 =
+    b256!("7c7c6cdb67a18743f49ec6fa9b35f50d52ed05cbed4cc592e13b44501c1a2267");
+
+/// `keccak256("EIP712Domain(string name,string version,uint256 chainId,
+/// address verifyingContract)")`.
+const EIP712_DOMAIN_TYPEHASH: B256 =
+    b256!("8b73c3c69bb8fe3d512ecc4cf759cc79239f7b179b0ffacaa9a75d522b39400f");
+
+/// `keccak256(0x1901 ‖ separator ‖ struct_hash)`.
+fn eip712_digest(separator: B256, struct_hash: B256) -> B256 {
+    let mut bytes = [0u8; 2 + 32 + 32];
+    bytes[..2].copy_from_slice(&[0x19, 0x01]);
+    bytes[2..34].copy_from_slice(separator.as_slice());
+    bytes[34..].copy_from_slice(struct_hash.as_slice());
+    keccak256(bytes)
+}
+
+/// The separators of the EIP-3009 domains this thread has hashed lately.
+mod separators {
+    use std::cell::RefCell;
+
+    use alloy_primitives::{keccak256, Address, B256, U256};
+
+    /// Domains kept per thread: a seller takes a few tokens on a few chains.
+    const KEPT: usize = 8;
+
+    struct Entry {
+        name: Box<str>,
+        version: Box<str>,
+        chain_id: u64,
+        token: Address,
+        separator: B256,
+    }
+
+    thread_local! {
+        static RECENT: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// The separator of `{name, version, chainId, verifyingContract}`.
+    pub(super) fn get(name: &str, version: &str, chain_id: u64, token: Address) -> B256 {
+        let found = RECENT.with_borrow(|recent| {
+            recent
+                .iter()
+                .find(|e| {
+                    e.chain_id == chain_id
+                        && e.token == token
+                        && *e.name == *name
+                        && *e.version == *version
+                })
+                .map(|e| e.separator)
+        });
+        if let Some(separator) = found {
+            return separator;
+        }
+        let separator = compute(name, version, chain_id, token);
+        RECENT.with_borrow_mut(|recent| {
+            if recent.len() == KEPT {
+                recent.remove(0);
+            }
+            recent.push(Entry {
+                name: name.into(),
+                version: version.into(),
+                chain_id,
+                token,
+                separator,
+            });
+        });
+        separator
+    }
+
+    /// `hashStruct(EIP712Domain)`, written out.
+    pub(super) fn compute(name: &str, version: &str, chain_id: u64, token: Address) -> B256 {
+        let mut words = [0u8; 5 * 32];
+        words[..32].copy_from_slice(super::EIP712_DOMAIN_TYPEHASH.as_slice());
+        words[32..64].copy_from_slice(keccak256(name.as_bytes()).as_slice());
+        words[64..96].copy_from_slice(keccak256(version.as_bytes()).as_slice());
+        words[96..128].copy_from_slice(&U256::from(chain_id).to_be_bytes::<32>());
+        words[140..].copy_from_slice(token.as_slice());
+        keccak256(words)
     }
 }
 
@@ -153,6 +269,8 @@ pub fn eip3009_claim_expiry(auth: &Eip3009Authorization) -> Option<u64> {
 mod tests {
     use alloy_primitives::{address, b256, bytes, keccak256};
     use proptest::prelude::*;
+
+    use alloy_sol_types::SolStruct;
 
     use super::*;
     use crate::evm::test_signer::TestSigner;
@@ -353,6 +471,80 @@ mod tests {
         assert_eq!(payload.recover_signer(&domain), Ok(signer.address()));
         let other_chain = eip3009_domain("USD Coin", "2", 1, token);
         assert_ne!(payload.recover_signer(&other_chain), Ok(signer.address()));
+    }
+
+    /// The written-out hashing answers as alloy's derivation from the
+    /// `sol!` struct, and the remembered separators as freshly built ones.
+    fn same_hashes_as_alloy(
+        auth: &Eip3009Authorization,
+        name: &str,
+        version: &str,
+        chain_id: u64,
+        token: Address,
+    ) {
+        let domain = eip3009_domain(name, version, chain_id, token);
+        assert_eq!(auth.struct_hash(), auth.to_sol().eip712_hash_struct());
+        let expected = auth.to_sol().eip712_signing_hash(&domain);
+        assert_eq!(auth.signing_hash(&domain), expected);
+        assert_eq!(
+            separators::compute(name, version, chain_id, token),
+            domain.separator()
+        );
+        // Twice: built, then remembered.
+        for _ in 0..2 {
+            assert_eq!(
+                auth.signing_hash_in(name, version, chain_id, token),
+                expected
+            );
+        }
+    }
+
+    #[test]
+    fn remembered_separators_stay_apart() {
+        let auth = spec_payload().authorization;
+        // More domains than a thread keeps, each asked for twice, in turn.
+        let domains: Vec<(String, u64)> = (0..20u64)
+            .map(|i| (format!("Token {i}"), 1 + i % 3))
+            .collect();
+        for round in 0..2 {
+            for (name, chain_id) in &domains {
+                let token = Address::with_last_byte(u8::try_from(*chain_id).unwrap_or(0));
+                same_hashes_as_alloy(&auth, name, "2", *chain_id, token);
+                if round == 1 {
+                    same_hashes_as_alloy(&auth, name, "1", *chain_id, token);
+                }
+            }
+        }
+        // A name and version that only differ in where they split.
+        let a = auth.signing_hash_in("USD", "C2", 8453, USDC_BASE_SEPOLIA);
+        let b = auth.signing_hash_in("USDC", "2", 8453, USDC_BASE_SEPOLIA);
+        assert_ne!(a, b);
+    }
+
+    proptest! {
+        #[test]
+        fn written_out_hashing_matches_alloy(
+            from in any::<[u8; 20]>(),
+            to in any::<[u8; 20]>(),
+            value in any::<[u8; 32]>(),
+            after in any::<u64>(),
+            before in any::<[u8; 32]>(),
+            nonce in any::<[u8; 32]>(),
+            name in ".{0,40}",
+            version in "[0-9.]{0,6}",
+            chain_id in any::<u64>(),
+            token in any::<[u8; 20]>(),
+        ) {
+            let auth = Eip3009Authorization {
+                from: Address::from(from),
+                to: Address::from(to),
+                value: AtomicAmount::from(U256::from_be_bytes(value)),
+                valid_after: U256::from(after),
+                valid_before: U256::from_be_bytes(before),
+                nonce: B256::from(nonce),
+            };
+            same_hashes_as_alloy(&auth, &name, &version, chain_id, Address::from(token));
+        }
     }
 
     proptest! {

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Instructions per paid request of whole servers, through the HTTP
+# facilitator path, counted by callgrind: the load harness's paid paths
+# (bench/run.sh) without the machine's noise. Each server runs under
+# `valgrind --tool=callgrind` twice, serving SMALL and then LARGE paid
+# requests (after the same warm-up); the difference of the two totals over
+# LARGE - SMALL requests is what one request costs, start-up excluded. It
+# counts the server process's user-space instructions only (not the kernel,
+# the load generator or the facilitator), one request at a time in effect
+# (callgrind serialises threads). Usage, from anywhere:
+#
+#   bash bench/callgrind-servers.sh
+#
+# Knobs: SERVERS="http-floor paid-http-engine paid-http-noprecheck paid-http
+# http-peer" (any of them), SMALL=300, LARGE=1500, CONNECTIONS=8,
+# SKIP_PEER=1; BIN=DIR and PEER=FILE use binaries built already instead of
+# building them. Needs valgrind. About 10 minutes plus the release builds.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+SERVERS=" ${SERVERS:-http-floor paid-http-engine paid-http-noprecheck paid-http http-peer} "
+SMALL="${SMALL:-300}"
+LARGE="${LARGE:-1500}"
+CONNECTIONS="${CONNECTIONS:-8}"
+WARMUP=200
+SEED=7
+PAYERS=64
+log() { echo "[callgrind-servers] $*" >&2; }
+
+command -v valgrind >/dev/null || { log "valgrind is not installed (apt-get install valgrind)"; exit 1; }
+[ "$LARGE" -gt "$SMALL" ] || { log "LARGE must exceed SMALL"; exit 1; }
+
+OUT="$(mktemp -d)"
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    rm -rf "$OUT"
+}
+trap cleanup EXIT
+
+TARGET_DIR="$(cargo metadata --format-version 1 --no-deps 2>/dev/null \
+    | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+if [ -z "${BIN:-}" ]; then
+    log "building (release)"
+    cargo build --release -p x402-loadgen --bins 2>&1 | tail -n 1 >&2
+    BIN="${TARGET_DIR:-$ROOT/target}/release"
+fi
+PEER="${PEER:-}"
+if [ -z "$PEER" ] && [ "${SKIP_PEER:-0}" != 1 ] && [[ "$SERVERS" == *" http-peer "* ]]; then
+    log "building the x402-rs peer (bench/peer-x402rs)"
+    if CARGO_TARGET_DIR="${TARGET_DIR:-$ROOT/target}/peer" cargo build --release --locked \
+        --manifest-path bench/peer-x402rs/Cargo.toml > "$OUT/peer-build.log" 2>&1; then
+        PEER="${TARGET_DIR:-$ROOT/target}/peer/release/x402rs-peer"
+    else
+        log "the peer did not build: its row is skipped"
+    fi
+fi
+
+listening() { # listening LOG: the address a server printed, waiting for it
+    local addr=""
+    for _ in $(seq 1 600); do
+        addr="$(sed -n 's|^listening on http://||p;T;q' "$1" 2>/dev/null || true)"
+        [ -n "$addr" ] && { echo "$addr"; return 0; }
+        sleep 0.1
+    done
+    return 1
+}
+
+env HOST=127.0.0.1 PORT=0 "$BIN/fake-facilitator" > "$OUT/ff.out" 2> "$OUT/ff.log" &
+PIDS+=("$!")
+FACILITATOR="$(listening "$OUT/ff.out")" || { log "the fake facilitator did not start"; exit 1; }
+
+# count SERVER N: total instructions of SERVER serving WARMUP + N requests
+count() {
+    local name="$1" n="$2" cmd=() precheck=1
+    case "$name" in
+        http-floor) cmd=("$BIN/bench-server" paid-http-floor) ;;
+        paid-http-engine) cmd=("$BIN/bench-server" paid-http-engine); precheck=0 ;;
+        paid-http-noprecheck) cmd=("$BIN/bench-server" paid-api); precheck=0 ;;
+        paid-http) cmd=("$BIN/bench-server" paid-api) ;;
+        http-peer) cmd=("$PEER") ;;
+    esac
+    local cg="$OUT/$name-$n.cg"
+    # The environment is set before valgrind: it follows no exec.
+    env -u REDIS_URL -u EVM_RPC_URL -u WEBHOOK_URL HOST=127.0.0.1 PORT=0 \
+        BENCH_PAYERS="$PAYERS" BENCH_SEED="$SEED" FACILITATOR_URL="http://$FACILITATOR" \
+        BENCH_LOCAL_PRECHECK="$precheck" valgrind --tool=callgrind --callgrind-out-file="$cg" "${cmd[@]}" \
+        > "$OUT/$name.log" 2>&1 &
+    local pid="$!"
+    PIDS+=("$pid")
+    local addr
+    addr="$(listening "$OUT/$name.log")" || { log "$name did not start"; cat "$OUT/$name.log" >&2; exit 1; }
+    for run in "$WARMUP:$((SEED + 100))" "$n:$((SEED + 200))"; do
+        "$BIN/loadgen" --addr "$addr" --connections "$CONNECTIONS" --payers "$PAYERS" \
+            --seed "${run#*:}" --mode paid --path /exact/evm/eip3009 --duration 600 \
+            --max-requests "${run%%:*}" --expect 200 > "$OUT/lg.json" 2> "$OUT/lg.err" \
+            || { log "loadgen against $name failed"; cat "$OUT/lg.err" >&2; exit 1; }
+        grep -q "\"ok\":${run%%:*}," "$OUT/lg.json" \
+            || { log "$name did not answer every request with 200"; cat "$OUT/lg.json" >&2; exit 1; }
+    done
+    kill -TERM "$pid"
+    wait "$pid" 2>/dev/null || true
+    sed -n 's/^summary: //p' "$cg" | head -n 1
+}
+
+echo "== instructions per paid request (callgrind, server process, $SMALL and $LARGE requests)"
+printf '%-22s %14s\n' server "Ir/request"
+for name in http-floor paid-http-engine paid-http-noprecheck paid-http http-peer; do
+    [[ "$SERVERS" == *" $name "* ]] || continue
+    [ "$name" = http-peer ] && [ -z "$PEER" ] && continue
+    small="$(count "$name" "$SMALL")"
+    large="$(count "$name" "$LARGE")"
+    printf '%-22s %14d\n' "$name" $(( (large - small) / (LARGE - SMALL) ))
+done
