@@ -89,16 +89,23 @@ count() {
         BENCH_LOCAL_PRECHECK="$precheck" valgrind --tool=callgrind --callgrind-out-file="$cg" "${cmd[@]}" \
         > "$OUT/$name.log" 2>&1 &
     local pid="$!"
-    PIDS+=("$pid")
+    # This runs in a command substitution, which the EXIT trap does not
+    # cover: a failure stops the server here.
+    fail() {
+        log "$1"; cat "$2" >&2
+        kill -TERM "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+        exit 1
+    }
     local addr
-    addr="$(listening "$OUT/$name.log")" || { log "$name did not start"; cat "$OUT/$name.log" >&2; exit 1; }
+    addr="$(listening "$OUT/$name.log")" || fail "$name did not start" "$OUT/$name.log"
     for run in "$WARMUP:$((SEED + 100))" "$n:$((SEED + 200))"; do
         "$BIN/loadgen" --addr "$addr" --connections "$CONNECTIONS" --payers "$PAYERS" \
             --seed "${run#*:}" --mode paid --path /exact/evm/eip3009 --duration 600 \
             --max-requests "${run%%:*}" --expect 200 > "$OUT/lg.json" 2> "$OUT/lg.err" \
-            || { log "loadgen against $name failed"; cat "$OUT/lg.err" >&2; exit 1; }
+            || fail "loadgen against $name failed" "$OUT/lg.err"
         grep -q "\"ok\":${run%%:*}," "$OUT/lg.json" \
-            || { log "$name did not answer every request with 200"; cat "$OUT/lg.json" >&2; exit 1; }
+            || fail "$name did not answer every request with 200" "$OUT/lg.json"
     done
     kill -TERM "$pid"
     wait "$pid" 2>/dev/null || true
