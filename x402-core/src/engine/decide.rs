@@ -235,10 +235,11 @@ impl Engine {
         // settled payment no longer verifies). A refusal below leaves the
         // reservation to `pay`, which releases it. Boxed, and only awaited
         // on routes that declare the extension: most do not.
-        if crate::payment_id::declared(&route.extensions).is_some() {
+        if let Some(required) = crate::payment_id::declared(&route.extensions) {
             *identifier = match Box::pin(crate::payment_id::flow::begin(
                 &self.inner.payment_ids,
                 route,
+                required,
                 &payload,
                 header,
                 self.inner.max_header_bytes,

@@ -11,8 +11,8 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 
 use super::{
-    declared, error_response, payment_id, PayloadDigest, PaymentIdStore, PaymentIdentifiers,
-    Reservation, StoredResponse,
+    error_response, payment_id, PayloadDigest, PaymentIdStore, PaymentIdentifiers, Reservation,
+    StoredResponse,
 };
 use crate::{
     codec,
@@ -52,20 +52,19 @@ impl std::fmt::Debug for Held {
     }
 }
 
-/// Looks a payment's id up, before it is verified: `Ok(Some)` with the id
-/// reserved for this payload, `Ok(None)` when the route does not declare
-/// the extension or the payment carries no id (and none is required),
+/// Looks a payment's id up, before it is verified, on a route that
+/// declares the extension (`required` as it declares it, see
+/// [`declared`](super::declared)): `Ok(Some)` with the id reserved for this
+/// payload, `Ok(None)` when the payment carries no id and none is required,
 /// `Err` with the answer otherwise (400, 409, 503, or the stored response).
 pub(crate) async fn begin(
     config: &PaymentIdentifiers,
     route: &Route,
+    required: bool,
     payload: &PaymentPayload,
     header: &HeaderValue,
     max_header_bytes: usize,
 ) -> Result<Option<Held>, EngineResponse> {
-    let Some(required) = declared(&route.extensions) else {
-        return Ok(None);
-    };
     let refuse = |status: StatusCode, reason: &'static str, retry: Option<Duration>| {
         crate::metrics::refusal(
             route.pattern(),
