@@ -12,14 +12,15 @@
 #   bash bench/callgrind-servers.sh
 #
 # Knobs: SERVERS="http-floor paid-http-engine paid-http-noprecheck paid-http
-# http-peer" (any of them), SMALL=300, LARGE=1500, CONNECTIONS=8,
+# paid-http-newpayers http-peer" (any of them; paid-http-newpayers recovers
+# every payment's signer, BENCH_KNOWN_PAYERS=0), SMALL=300, LARGE=1500, CONNECTIONS=8,
 # SKIP_PEER=1; BIN=DIR and PEER=FILE use binaries built already instead of
 # building them. Needs valgrind. About 10 minutes plus the release builds.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-SERVERS=" ${SERVERS:-http-floor paid-http-engine paid-http-noprecheck paid-http http-peer} "
+SERVERS=" ${SERVERS:-http-floor paid-http-engine paid-http-noprecheck paid-http paid-http-newpayers http-peer} "
 SMALL="${SMALL:-300}"
 LARGE="${LARGE:-1500}"
 CONNECTIONS="${CONNECTIONS:-8}"
@@ -74,19 +75,20 @@ FACILITATOR="$(listening "$OUT/ff.out")" || { log "the fake facilitator did not 
 
 # count SERVER N: total instructions of SERVER serving WARMUP + N requests
 count() {
-    local name="$1" n="$2" cmd=() precheck=1
+    local name="$1" n="$2" cmd=() precheck=1 known=1
     case "$name" in
         http-floor) cmd=("$BIN/bench-server" paid-http-floor) ;;
         paid-http-engine) cmd=("$BIN/bench-server" paid-http-engine); precheck=0 ;;
         paid-http-noprecheck) cmd=("$BIN/bench-server" paid-api); precheck=0 ;;
         paid-http) cmd=("$BIN/bench-server" paid-api) ;;
+        paid-http-newpayers) cmd=("$BIN/bench-server" paid-api); known=0 ;;
         http-peer) cmd=("$PEER") ;;
     esac
     local cg="$OUT/$name-$n.cg"
     # The environment is set before valgrind: it follows no exec.
     env -u REDIS_URL -u EVM_RPC_URL -u WEBHOOK_URL HOST=127.0.0.1 PORT=0 \
         BENCH_PAYERS="$PAYERS" BENCH_SEED="$SEED" FACILITATOR_URL="http://$FACILITATOR" \
-        BENCH_LOCAL_PRECHECK="$precheck" valgrind --tool=callgrind --callgrind-out-file="$cg" "${cmd[@]}" \
+        BENCH_LOCAL_PRECHECK="$precheck" BENCH_KNOWN_PAYERS="$known" valgrind --tool=callgrind --callgrind-out-file="$cg" "${cmd[@]}" \
         > "$OUT/$name.log" 2>&1 &
     local pid="$!"
     # This runs in a command substitution, which the EXIT trap does not
@@ -114,7 +116,7 @@ count() {
 
 echo "== instructions per paid request (callgrind, server process, $SMALL and $LARGE requests)"
 printf '%-22s %14s\n' server "Ir/request"
-for name in http-floor paid-http-engine paid-http-noprecheck paid-http http-peer; do
+for name in http-floor paid-http-engine paid-http-noprecheck paid-http paid-http-newpayers http-peer; do
     [[ "$SERVERS" == *" $name "* ]] || continue
     [ "$name" = http-peer ] && [ -z "$PEER" ] && continue
     small="$(count "$name" "$SMALL")"

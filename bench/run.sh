@@ -28,10 +28,14 @@
 #   SKIP_MEMORY=1      skip the 60 s memory run
 #   PATHS="..."        run only these paths, of: baseline floor challenge
 #                      paid-memory paid-redis http-floor paid-http
-#                      paid-http-noprecheck batch-http http-peer
+#                      paid-http-noprecheck paid-http-newpayers batch-http http-peer
 #                      session-floor session-redis memory
 #                      (paid-http-noprecheck: paid-http with the engine's
-#                      local pre-check off, to show what the check costs)
+#                      local pre-check off, to show what the check costs;
+#                      paid-http-newpayers: paid-http recovering every
+#                      payment's signer, as for a server whose every payer
+#                      is new, since the pre-check leaves the signatures of
+#                      payers the facilitator accepted before to it)
 #                      (paid-http-engine, not run by default: the engine
 #                      and PaywallLayer alone, pre-check off, in front of
 #                      the bare handler, no example app around them)
@@ -56,7 +60,7 @@ MEM_DURATION="${MEM_DURATION:-60}"
 MEM_RATE="${MEM_RATE:-500}"
 MEM_EVERY="${MEM_EVERY:-5}"
 MEM_VALID_FOR="${MEM_VALID_FOR:-60}"
-PATHS=" ${PATHS:-baseline floor challenge paid-memory paid-redis http-floor paid-http paid-http-noprecheck batch-http http-peer session-floor session-redis memory} "
+PATHS=" ${PATHS:-baseline floor challenge paid-memory paid-redis http-floor paid-http paid-http-noprecheck paid-http-newpayers batch-http http-peer session-floor session-redis memory} "
 want() { [[ "$PATHS" == *" $1 "* ]]; }
 CONNECTIONS="${CONNECTIONS:-32}"
 PAID_MAX="${PAID_MAX:-60000}"
@@ -173,7 +177,7 @@ fi
 # One for the whole run, on loopback: it accepts every payment and counts
 # the calls (bench/loadgen/src/bin/fake-facilitator.rs).
 FACILITATOR=""
-if want http-floor || want paid-http || want paid-http-noprecheck || want paid-http-engine || want batch-http || want http-peer; then
+if want http-floor || want paid-http || want paid-http-noprecheck || want paid-http-newpayers || want paid-http-engine || want batch-http || want http-peer; then
     "${PIN_SERVER[@]}" env HOST=127.0.0.1 PORT=0 "$BIN/fake-facilitator" \
         > "$OUT/fake-facilitator.out" 2> "$OUT/fake-facilitator.log" &
     PIDS+=("$!")
@@ -305,8 +309,8 @@ for ROUND in $(seq 1 "$ROUNDS"); do
     # their two calls to the same fake facilitator, in alternating order
     # from round to round.
     if [ -n "$FACILITATOR" ]; then
-        http_paths=(http-floor paid-http paid-http-noprecheck paid-http-engine batch-http http-peer)
-        [ $(( ROUND % 2 )) = 0 ] && http_paths=(http-peer batch-http paid-http-engine paid-http-noprecheck paid-http http-floor)
+        http_paths=(http-floor paid-http paid-http-noprecheck paid-http-newpayers paid-http-engine batch-http http-peer)
+        [ $(( ROUND % 2 )) = 0 ] && http_paths=(http-peer batch-http paid-http-engine paid-http-newpayers paid-http-noprecheck paid-http http-floor)
         for p in "${http_paths[@]}"; do
             want "$p" || continue
             case "$p" in
@@ -322,6 +326,11 @@ for ROUND in $(seq 1 "$ROUNDS"); do
                     log "round $ROUND/$ROUNDS, the same with the engine's local pre-check off (what the check costs)"
                     start_server paid-http-noprecheck paid-api FACILITATOR_URL="http://$FACILITATOR" \
                         BENCH_LOCAL_PRECHECK=0
+                    ;;
+                paid-http-newpayers)
+                    log "round $ROUND/$ROUNDS, the same with every payment's signer recovered (every payer new)"
+                    start_server paid-http-newpayers paid-api FACILITATOR_URL="http://$FACILITATOR" \
+                        BENCH_KNOWN_PAYERS=0
                     ;;
                 paid-http-engine)
                     log "round $ROUND/$ROUNDS, the engine alone (PaywallLayer, pre-check off) before the bare handler"

@@ -87,7 +87,10 @@ mod enabled {
     use std::{
         collections::HashMap,
         hash::{Hash, Hasher},
-        sync::{Arc, Mutex, OnceLock},
+        sync::{
+            atomic::{AtomicU64, Ordering},
+            Arc, Mutex, OnceLock, PoisonError, RwLock,
+        },
         time::{Instant, SystemTime},
     };
 
@@ -325,41 +328,70 @@ mod enabled {
         }
     }
 
-    /// Per network and asset (lowercase): the running total.
-    type Totals = Mutex<Vec<(String, String, u64)>>;
+    /// The running total of one `(network, asset)` (asset lowercase), and
+    /// its series' key.
+    struct Total {
+        network: String,
+        asset: String,
+        units: AtomicU64,
+        key: ::metrics::Key,
+    }
+
+    /// The totals: a handful, read without a write lock once they exist.
+    type Totals = RwLock<Vec<Total>>;
+
+    /// `f` of the total of `(network, asset)`, made if it is the first.
+    fn with_total<T>(network: &str, asset: &str, f: impl FnOnce(&Total) -> T) -> T {
+        static TOTALS: OnceLock<Totals> = OnceLock::new();
+        let totals = TOTALS.get_or_init(Totals::default);
+        let find = |totals: &[Total]| {
+            totals
+                .iter()
+                .position(|t| t.network == network && t.asset.eq_ignore_ascii_case(asset))
+        };
+        {
+            let totals = totals.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(at) = find(&totals) {
+                return f(&totals[at]);
+            }
+        }
+        let mut totals = totals.write().unwrap_or_else(PoisonError::into_inner);
+        let at = find(&totals).unwrap_or_else(|| {
+            let asset = asset.to_ascii_lowercase();
+            totals.push(Total {
+                key: ::metrics::Key::from_parts(
+                    AMOUNT_SETTLED_TOTAL,
+                    vec![
+                        ::metrics::Label::new("network", network.to_owned()),
+                        ::metrics::Label::new("asset", asset.clone()),
+                    ],
+                ),
+                network: network.to_owned(),
+                asset,
+                units: AtomicU64::new(0),
+            });
+            totals.len() - 1
+        });
+        f(&totals[at])
+    }
 
     pub(super) fn amount(network: &str, asset: &str, amount: AtomicAmount) {
-        static TOTALS: OnceLock<Totals> = OnceLock::new();
-        let add = u64::try_from(amount.get()).unwrap_or(u64::MAX);
-        let total = {
-            let mut totals = TOTALS
-                .get_or_init(Totals::default)
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            // A handful of (network, asset) pairs: a scan finds one without
-            // building a key.
-            let at = totals
-                .iter()
-                .position(|(n, a, _)| n == network && a.eq_ignore_ascii_case(asset));
-            let at = match at {
-                Some(at) => at,
-                None => {
-                    totals.push((network.to_owned(), asset.to_ascii_lowercase(), 0));
-                    totals.len() - 1
-                }
-            };
-            let entry = &mut totals[at];
-            entry.2 = entry.2.saturating_add(add);
-            let key = cached_key(
-                AMOUNT_SETTLED_TOTAL,
-                &[("network", network), ("asset", &entry.1)],
-            );
-            (entry.2, key)
-        };
         static METADATA: ::metrics::Metadata<'static> =
             ::metrics::Metadata::new(module_path!(), ::metrics::Level::INFO, Some(module_path!()));
-        let (total, key) = total;
-        ::metrics::with_recorder(|r| r.register_counter(&key, &METADATA)).absolute(total);
+        let add = u64::try_from(amount.get()).unwrap_or(u64::MAX);
+        with_total(network, asset, |total| {
+            let before = total
+                .units
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |units| {
+                    Some(units.saturating_add(add))
+                })
+                .unwrap_or_else(|units| units);
+            // Exported as an absolute value; `metrics`' atomic counters keep
+            // the highest one they are given, so racing settlements cannot
+            // lower it.
+            ::metrics::with_recorder(|r| r.register_counter(&total.key, &METADATA))
+                .absolute(before.saturating_add(add));
+        });
     }
 
     /// A [`ClaimStore`] that records `x402_claim_store_seconds{op, outcome}`

@@ -3,9 +3,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::sync::{
-    atomic::{AtomicUsize, Ordering},
-    Arc,
+use std::{
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::Duration,
 };
 
 use alloy_primitives::{Address, Bytes, B256, U256};
@@ -17,7 +20,7 @@ use x402_core::{
     codec,
     evm::{eip3009_domain, reason, Eip3009Authorization, ExactEvmPayload},
     proto::v2,
-    testing::{self, StandIn},
+    testing::{self, StandIn, VerifyAnswer},
     Engine, Offer, Route,
 };
 
@@ -26,6 +29,13 @@ type Edit = dyn FnOnce(&mut Eip3009Authorization);
 
 const NETWORK: &str = "eip155:84532";
 const USDC: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
+
+/// `/report`, paid with a Permit2 transfer.
+fn permit2_report() -> Route {
+    Route::get("/report").offer(
+        Offer::exact(NETWORK, "$0.001", testing::PAY_TO).extra("assetTransferMethod", "permit2"),
+    )
+}
 
 fn engine(facilitator: &Arc<StandIn>, precheck: bool) -> Engine {
     Engine::builder_arc(facilitator.clone())
@@ -224,12 +234,7 @@ async fn without_the_precheck_the_facilitator_judges() {
 async fn permit2_and_upto_payloads_are_checked_too() {
     let facilitator = Arc::new(StandIn::new().supporting(NETWORK));
     let engine = Engine::builder_arc(facilitator.clone())
-        .route(
-            Route::get("/report").offer(
-                Offer::exact(NETWORK, "$0.001", testing::PAY_TO)
-                    .extra("assetTransferMethod", "permit2"),
-            ),
-        )
+        .route(permit2_report())
         .route(Route::get("/metered").offer(Offer::upto(NETWORK, "2000", testing::PAY_TO)))
         .local_precheck(true)
         .build()
@@ -253,4 +258,145 @@ async fn permit2_and_upto_payloads_are_checked_too() {
         assert_eq!(v["error"], reason::PERMIT2_SIGNATURE, "{path}");
     }
     facilitator.assert_calls(0, 0);
+}
+
+/// A facilitator that checks signatures says this of a forged one.
+fn refuse_forgeries(facilitator: &StandIn) {
+    facilitator.set_verify(VerifyAnswer::Invalid(reason::SIGNATURE.to_owned()));
+}
+
+/// A fresh payment for `row` from the test payer, its signature forged.
+fn forged(row: &v2::PaymentRequirements) -> String {
+    testing::forge(&testing::payment(row))
+}
+
+/// Pays `row` once as the test payer, which makes it a known payer.
+async fn pay_once(engine: &Engine, row: &v2::PaymentRequirements) {
+    let (status, _, ran) = send(engine, &testing::payment(row)).await;
+    assert_eq!((status, ran), (StatusCode::OK, true));
+}
+
+/// `payment` is refused with `expected`, and its handler does not run.
+async fn assert_refused(engine: &Engine, payment: &str, expected: &str) {
+    let (status, reason, ran) = send(engine, payment).await;
+    assert_eq!(
+        (status, reason.as_deref(), ran),
+        (StatusCode::PAYMENT_REQUIRED, Some(expected), false)
+    );
+}
+
+#[tokio::test]
+async fn a_known_payers_signature_is_the_facilitators_to_judge() {
+    let facilitator = Arc::new(StandIn::new());
+    let engine = engine(&facilitator, true);
+    let row = offer(&engine).await;
+    // Unknown: a forgery is refused here.
+    assert_refused(&engine, &forged(&row), reason::SIGNATURE).await;
+    facilitator.assert_calls(0, 0);
+    pay_once(&engine, &row).await;
+    // Its next payment's signer is not recovered here: this stand-in
+    // accepts any signature, so even a forged one is served.
+    let (status, _, ran) = send(&engine, &forged(&row)).await;
+    assert_eq!((status, ran), (StatusCode::OK, true));
+    facilitator.assert_calls(2, 2);
+    // Every other check still runs.
+    let payment = testing::payment(&row);
+    let mut header: Value = codec::decode(payment.as_bytes(), 1 << 16).unwrap();
+    header["payload"]["authorization"]["value"] = Value::from("999");
+    assert_refused(&engine, &codec::encode(&header).unwrap(), reason::VALUE).await;
+    facilitator.assert_calls(2, 2);
+}
+
+#[tokio::test]
+async fn forgeries_naming_a_known_payer_cost_the_facilitator_one_call() {
+    let facilitator = Arc::new(StandIn::new());
+    let engine = engine(&facilitator, true);
+    let row = offer(&engine).await;
+    pay_once(&engine, &row).await;
+    refuse_forgeries(&facilitator);
+    for _ in 0..1_000 {
+        assert_refused(&engine, &forged(&row), reason::SIGNATURE).await;
+    }
+    // The first reached the facilitator; its refusal distrusted the payer.
+    facilitator.assert_calls(2, 1);
+    // The payer's own payments are recovered here and served.
+    facilitator.set_verify(VerifyAnswer::Valid);
+    pay_once(&engine, &row).await;
+    facilitator.assert_calls(3, 2);
+    // Accepted again, it is still distrusted: a forgery is refused here.
+    assert_refused(&engine, &forged(&row), reason::SIGNATURE).await;
+    facilitator.assert_calls(3, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_of_forgeries_naming_a_known_payer_reaches_the_facilitator_once() {
+    let facilitator = Arc::new(StandIn::new());
+    let engine = engine(&facilitator, true);
+    let row = offer(&engine).await;
+    pay_once(&engine, &row).await;
+    refuse_forgeries(&facilitator);
+    // Slow answers: the burst is all in flight before the first is judged.
+    facilitator.set_delays(Duration::from_millis(200), Duration::ZERO);
+    let start = Arc::new(tokio::sync::Barrier::new(200));
+    let burst: Vec<_> = (0..200)
+        .map(|_| {
+            let (engine, start, payment) = (engine.clone(), start.clone(), forged(&row));
+            tokio::spawn(async move {
+                start.wait().await;
+                assert_refused(&engine, &payment, reason::SIGNATURE).await;
+            })
+        })
+        .collect();
+    for task in burst {
+        task.await.unwrap();
+    }
+    facilitator.assert_calls(2, 1);
+}
+
+#[tokio::test]
+async fn a_client_hanging_up_on_an_unchecked_payment_distrusts_its_payer() {
+    let facilitator = Arc::new(StandIn::new());
+    let engine = engine(&facilitator, true);
+    let row = offer(&engine).await;
+    pay_once(&engine, &row).await;
+    facilitator.set_delays(Duration::from_secs(5), Duration::ZERO);
+    // The client goes away while the facilitator judges.
+    let payment = forged(&row);
+    let gone = tokio::time::timeout(Duration::from_millis(100), send(&engine, &payment)).await;
+    assert!(gone.is_err());
+    // The stand-in would accept the next one: it is refused here instead.
+    facilitator.set_delays(Duration::ZERO, Duration::ZERO);
+    assert_refused(&engine, &forged(&row), reason::SIGNATURE).await;
+    facilitator.assert_calls(2, 1);
+}
+
+#[tokio::test]
+async fn without_known_payers_every_signer_is_recovered() {
+    let facilitator = Arc::new(StandIn::new());
+    let engine = Engine::builder_arc(facilitator.clone())
+        .route(Route::get("/report").offer(Offer::exact(NETWORK, "$0.001", testing::PAY_TO)))
+        .precheck_known_payers(false)
+        .build()
+        .unwrap();
+    let row = offer(&engine).await;
+    for _ in 0..3 {
+        pay_once(&engine, &row).await;
+    }
+    assert_refused(&engine, &forged(&row), reason::SIGNATURE).await;
+    facilitator.assert_calls(3, 3);
+}
+
+#[tokio::test]
+async fn a_known_payers_permit2_signature_is_left_to_the_facilitator_too() {
+    let facilitator = Arc::new(StandIn::new().supporting(NETWORK));
+    let engine = Engine::builder_arc(facilitator.clone())
+        .route(permit2_report())
+        .build()
+        .unwrap();
+    let row = offer(&engine).await;
+    assert_refused(&engine, &forged(&row), reason::PERMIT2_SIGNATURE).await;
+    pay_once(&engine, &row).await;
+    // Known now: the stand-in, which accepts any signature, judges it.
+    assert_eq!(send(&engine, &forged(&row)).await.0, StatusCode::OK);
+    facilitator.assert_calls(2, 2);
 }

@@ -204,6 +204,12 @@ pub struct Config {
     /// payload costs the facilitator a `/verify` call. The load harness
     /// turns it off to measure what it costs.
     pub local_precheck: bool,
+    /// Whether that check leaves the signature of a payer the facilitator
+    /// already accepted to the facilitator
+    /// ([`EngineBuilder::precheck_known_payers`](x402_core::EngineBuilder::precheck_known_payers)):
+    /// `true`, and no variable turns it off. The load harness turns it off
+    /// to measure a server whose every payer is new.
+    pub precheck_known_payers: bool,
 }
 
 impl std::fmt::Debug for Config {
@@ -240,6 +246,7 @@ impl std::fmt::Debug for Config {
             )
             .field("batch", &self.batch)
             .field("local_precheck", &self.local_precheck)
+            .field("precheck_known_payers", &self.precheck_known_payers)
             .finish()
     }
 }
@@ -268,6 +275,7 @@ impl Config {
             siwx_nonce_key: None,
             batch: crate::BatchConfig::default(),
             local_precheck: true,
+            precheck_known_payers: true,
         }
     }
 

@@ -232,6 +232,7 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
     let batch_on = batch_enabled(config, &*facilitator).await;
     let mut engine = Engine::builder_arc(facilitator.clone())
         .local_precheck(config.local_precheck)
+        .precheck_known_payers(config.precheck_known_payers)
         .routes(routes(config, batch_on, authorizer))
         .public_origin(config.public_origin())
         .paywall_page(

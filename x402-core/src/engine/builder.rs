@@ -16,6 +16,7 @@ pub struct EngineBuilder {
     session_open_deadline: Duration,
     release_on_hang_up: bool,
     precheck: bool,
+    known_payers: bool,
     replay_guard: Option<ReplayGuard>,
     origin: Result<Origin, ConfigError>,
     price_floors: PriceFloors,
@@ -232,8 +233,10 @@ impl EngineBuilder {
     /// as before.
     ///
     /// It costs one signature recovery per payment (tens of microseconds),
-    /// which an in-process facilitator then reuses. Turn it off for a
-    /// facilitator that accepts payloads this check would refuse.
+    /// which an in-process facilitator then reuses; a payer the facilitator
+    /// already accepted has its signature left to the facilitator (see
+    /// [`precheck_known_payers`](Self::precheck_known_payers)). Turn it off
+    /// for a facilitator that accepts payloads this check would refuse.
     ///
     /// ```
     /// # use x402_core::{testing::StandIn, Engine};
@@ -242,6 +245,39 @@ impl EngineBuilder {
     /// ```
     pub fn local_precheck(mut self, enabled: bool) -> Self {
         self.precheck = enabled;
+        self
+    }
+
+    /// Whether the [local pre-check](Self::local_precheck) leaves the
+    /// signature of a known payer to the facilitator (default `true`): a
+    /// payer is known once the facilitator accepted a payment whose signer
+    /// was recovered here. Its payments still get every other check (window,
+    /// amount, recipient, token); only the signer recovery, most of the
+    /// check's cost, is skipped. The facilitator verifies every signature
+    /// whatever this says, so no unpaid request is ever served.
+    ///
+    /// What a forger can draw from it is bounded: one unchecked payment per
+    /// known payer is at the facilitator at a time (the others are recovered
+    /// here), and one the facilitator does not accept (refused, failed, or
+    /// abandoned by a client that hung up) makes that payer's payments
+    /// recovered here again for ten minutes. So forged payloads naming an
+    /// address that paid before cost the facilitator at most one call per
+    /// such address per ten minutes, and those naming any other address
+    /// none. The engine remembers up to 1 024 payers (about 40 KB); one it
+    /// forgets is checked in full again.
+    ///
+    /// Turn it off to recover every payment's signer here, so that no
+    /// forged payload ever reaches the facilitator:
+    ///
+    /// ```
+    /// # use x402_core::{testing::StandIn, Engine};
+    /// let engine = Engine::builder(StandIn::new())
+    ///     .precheck_known_payers(false)
+    ///     .build()?;
+    /// # Ok::<(), x402_core::engine::ConfigError>(())
+    /// ```
+    pub fn precheck_known_payers(mut self, enabled: bool) -> Self {
+        self.known_payers = enabled;
         self
     }
 
@@ -404,6 +440,8 @@ impl EngineBuilder {
                 session_open_deadline: self.session_open_deadline,
                 release_on_hang_up: self.release_on_hang_up,
                 precheck: self.precheck,
+                known_payers: (self.precheck && self.known_payers)
+                    .then(super::known_payers::KnownPayers::default),
                 in_flight: drive::InFlight::default(),
                 observed: Default::default(),
                 limits,
@@ -436,6 +474,7 @@ impl Engine {
             session_open_deadline: Duration::from_secs(5),
             release_on_hang_up: false,
             precheck: true,
+            known_payers: true,
             replay_guard: Some(ReplayGuard::memory()),
             origin: Ok(Origin::Unset),
             price_floors: PriceFloors::default(),

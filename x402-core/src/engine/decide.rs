@@ -540,19 +540,24 @@ impl Engine {
                 }
             }
         }
+        let mut passed = precheck::Passed::default();
         if self.inner.precheck {
-            if let Err(refused) = precheck::precheck(request, crate::unix::now()) {
-                tracing::debug!(
-                    reason = refused.reason,
-                    message = %refused.message,
-                    "x402: payment refused before the facilitator"
-                );
-                let mut verdict = VerifyResponse::invalid(
-                    refused.reason,
-                    refused.payer.map(|p| p.to_checksum(None)),
-                );
-                verdict.invalid_message = Some(refused.message);
-                return Ok(verdict);
+            let now = crate::unix::now();
+            match precheck::precheck(request, now, self.inner.known_payers.as_ref()) {
+                Ok(seen) => passed = seen,
+                Err(refused) => {
+                    tracing::debug!(
+                        reason = refused.reason,
+                        message = %refused.message,
+                        "x402: payment refused before the facilitator"
+                    );
+                    let mut verdict = VerifyResponse::invalid(
+                        refused.reason,
+                        refused.payer.map(|p| p.to_checksum(None)),
+                    );
+                    verdict.invalid_message = Some(refused.message);
+                    return Ok(verdict);
+                }
             }
         }
         let timer = crate::metrics::FacilitatorTimer::start();
@@ -561,6 +566,17 @@ impl Engine {
             .series
             .facilitator_call(timer, crate::metrics::FacilitatorOp::Verify);
         self.inner.observed.record(&answer);
+        if matches!(&answer, Ok(v) if v.is_valid) {
+            // A voucher not accepted (refused, failed, or dropped with this
+            // future) distrusts its payer.
+            if let Some(voucher) = passed.voucher {
+                voucher.accepted();
+            } else if let (Some((chain_id, payer)), Some(known)) =
+                (passed.recovered, &self.inner.known_payers)
+            {
+                known.accepted(chain_id, payer, crate::unix::now());
+            }
+        }
         match answer {
             Ok(v) => Ok(v),
             Err(error) => {

@@ -84,6 +84,7 @@ mod describe;
 mod drive;
 mod guard;
 mod hook_list;
+mod known_payers;
 mod matching;
 mod origin;
 mod paid;
@@ -138,6 +139,8 @@ struct Inner {
     release_on_hang_up: bool,
     /// [`EngineBuilder::local_precheck`].
     precheck: bool,
+    /// [`EngineBuilder::precheck_known_payers`], when the pre-check is on.
+    known_payers: Option<known_payers::KnownPayers>,
     in_flight: drive::InFlight,
     /// What payments' facilitator calls answered, for readiness.
     observed: crate::readiness::Observed,

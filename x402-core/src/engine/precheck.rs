@@ -4,6 +4,9 @@
 //! is not the requirement's is refused here, and costs the facilitator
 //! nothing.
 //!
+//! A payer the facilitator accepted before has every check but the signer
+//! recovery ([`super::known_payers`]).
+//!
 //! Only what the check can judge is refused: a payment it cannot evaluate
 //! (a network that is not EVM, a smart-wallet signature, a payload or
 //! requirement it does not read) goes to the facilitator as before.
@@ -12,34 +15,82 @@ use alloy_primitives::Address;
 
 use crate::{
     evm::{
-        check::{self, Checks, Permit2Kind, Refused, SmartWallets},
+        check::{self, Checks, Permit2Kind, Refused, Signer, SmartWallets},
         reason, EvmPayload,
     },
     network,
     proto::FacilitatorRequest,
 };
 
+use super::known_payers::{KnownPayers, Voucher};
+
 /// How long before its end a payment is refused: the facilitators' margin
 /// (the TypeScript facilitator's and the in-process one's default), so
 /// that what passes here is not refused there for its time.
 pub(crate) const MARGIN_SECS: u64 = 6;
 
+/// What the pre-check knows of a payment it let through.
+#[derive(Debug, Default)]
+pub(super) struct Passed<'a> {
+    /// The chain and payer, when the payer's signer was recovered here (an
+    /// acceptance by the facilitator then makes it a known payer).
+    pub(super) recovered: Option<(u64, Address)>,
+    /// A known payer's one unchecked payment: its signer is the
+    /// facilitator's to judge.
+    pub(super) voucher: Option<Voucher<'a>>,
+}
+
 /// `Err` when the payment is certainly invalid; `Ok` when it passed or the
-/// check cannot tell.
-pub(super) fn precheck(request: &FacilitatorRequest, now: u64) -> Result<(), Refused> {
+/// check cannot tell. With `known`, a payer there has its signature left to
+/// the facilitator (see [`super::known_payers`]).
+pub(super) fn precheck<'a>(
+    request: &FacilitatorRequest,
+    now: u64,
+    known: Option<&'a KnownPayers>,
+) -> Result<Passed<'a>, Refused> {
     let requirements = &request.payment_requirements;
     let Some(chain_id) = network::evm_chain_id(requirements.network()) else {
-        return Ok(());
+        return Ok(Passed::default());
     };
     let Ok(payload) = EvmPayload::from_value(request.payment_payload.payload()) else {
-        return Ok(());
+        return Ok(Passed::default());
     };
-    let checks = Checks {
+    let payer = match &payload {
+        EvmPayload::Eip3009(p) => p.authorization.from,
+        EvmPayload::Permit2(p) => p.permit2_authorization.from,
+    };
+    let checks = |signer| Checks {
         now,
         margin: MARGIN_SECS,
         smart_wallets: SmartWallets::Defer,
+        signer,
     };
-    let verdict = match (requirements.scheme(), &payload) {
+    if let Some(known) = known.filter(|k| k.is_trusted(chain_id, &payer)) {
+        check(request, &payload, chain_id, checks(Signer::Defer))?;
+        if let Some(voucher) = known.take(chain_id, payer, now) {
+            return Ok(Passed {
+                recovered: None,
+                voucher: Some(voucher),
+            });
+        }
+        // Its unchecked payment was taken meanwhile: this one is recovered.
+    }
+    check(request, &payload, chain_id, checks(Signer::Recover))?;
+    Ok(Passed {
+        recovered: Some((chain_id, payer)),
+        voucher: None,
+    })
+}
+
+/// The checks of `payload`'s scheme; `Ok` for what they cannot judge.
+fn check(
+    request: &FacilitatorRequest,
+    payload: &EvmPayload,
+    chain_id: u64,
+    checks: Checks,
+) -> Result<(), Refused> {
+    let requirements = &request.payment_requirements;
+    let verdict = match (requirements.scheme(), payload) {
         ("exact", EvmPayload::Eip3009(p)) => {
             check::eip3009(requirements, Ok(p), chain_id, checks).map(drop)
         }

@@ -14,8 +14,8 @@ use std::{
 use alloy_primitives::{Address, B256, U256};
 
 use super::{
-    reason, recover_signer, ExactEvmPayload, Permit2Payload, SignatureError, EXACT_PERMIT2_PROXY,
-    UPTO_PERMIT2_PROXY,
+    reason, recover_signer, Eip3009Authorization, ExactEvmPayload, Permit2Payload, SignatureError,
+    EXACT_PERMIT2_PROXY, UPTO_PERMIT2_PROXY,
 };
 use crate::proto::{FacilitatorRequest, PaymentPayload, PaymentRequirements};
 
@@ -51,6 +51,18 @@ pub(crate) struct Checks {
     /// Smart-wallet (longer than 65 bytes) signatures: refused, or left to
     /// whoever checks them on the chain.
     pub(crate) smart_wallets: SmartWallets,
+    /// Whether the signer is recovered, or left to the facilitator (the
+    /// engine's pre-check, for a payer the facilitator accepted before).
+    pub(crate) signer: Signer,
+}
+
+/// What [`Checks`] does with the signature of a payer it can check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Signer {
+    /// Recover it; refuse the payment unless it is the payer's.
+    Recover,
+    /// Leave it to the facilitator.
+    Defer,
 }
 
 /// What [`Checks`] does with a signature only the chain can check.
@@ -130,26 +142,16 @@ pub(crate) fn eip3009(
     let auth = &payload.authorization;
     let payer = Some(auth.from);
 
-    let digest = auth.signing_hash_in(name, version, chain_id, asset);
-    match recover_cached(digest, &payload.signature) {
-        Ok(signer) if signer == auth.from => {}
-        Ok(_) => {
-            return Err(refused(
-                reason::SIGNATURE,
-                "the signature does not recover authorization.from",
-                payer,
-            ))
-        }
-        Err(SignatureError::UnsupportedLength { .. })
-            if checks.smart_wallets == SmartWallets::Defer => {}
-        Err(e @ SignatureError::UnsupportedLength { .. }) => {
-            return Err(refused(
-                reason::UNDEPLOYED_SMART_WALLET,
-                e.to_string(),
-                payer,
-            ))
-        }
-        Err(e) => return Err(refused(reason::SIGNATURE, e.to_string(), payer)),
+    if checks.signer == Signer::Recover {
+        eip3009_signer(
+            auth,
+            &payload.signature,
+            name,
+            version,
+            chain_id,
+            asset,
+            checks,
+        )?;
     }
     if auth.to != pay_to {
         return Err(refused(
@@ -185,6 +187,41 @@ pub(crate) fn eip3009(
         ));
     }
     Ok(asset)
+}
+
+/// Whether `signature` over the EIP-3009 `auth` recovers `auth.from`.
+fn eip3009_signer(
+    auth: &Eip3009Authorization,
+    signature: &[u8],
+    name: &str,
+    version: &str,
+    chain_id: u64,
+    asset: Address,
+    checks: Checks,
+) -> Result<(), Refused> {
+    let payer = Some(auth.from);
+    let digest = auth.signing_hash_in(name, version, chain_id, asset);
+    match recover_cached(digest, signature) {
+        Ok(signer) if signer == auth.from => {}
+        Ok(_) => {
+            return Err(refused(
+                reason::SIGNATURE,
+                "the signature does not recover authorization.from",
+                payer,
+            ))
+        }
+        Err(SignatureError::UnsupportedLength { .. })
+            if checks.smart_wallets == SmartWallets::Defer => {}
+        Err(e @ SignatureError::UnsupportedLength { .. }) => {
+            return Err(refused(
+                reason::UNDEPLOYED_SMART_WALLET,
+                e.to_string(),
+                payer,
+            ))
+        }
+        Err(e) => return Err(refused(reason::SIGNATURE, e.to_string(), payer)),
+    }
+    Ok(())
 }
 
 /// A Permit2 payment of `kind` on `chain_id`, in the order of the
@@ -309,6 +346,9 @@ pub(crate) fn permit2(
             "permitted.token is not the requirement's asset",
             payer,
         ));
+    }
+    if checks.signer == Signer::Defer {
+        return Ok(required);
     }
     let digest = auth.signing_hash(chain_id);
     match recover_cached(digest, &payload.signature) {

@@ -344,6 +344,7 @@ impl LocalFacilitator {
             now: self.clock.now(),
             margin: self.margin,
             smart_wallets: check::SmartWallets::Refuse,
+            signer: check::Signer::Recover,
         }
     }
 

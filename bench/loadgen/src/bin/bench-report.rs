@@ -191,6 +191,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         0.9,
         "… pre-check off / floor",
     )?;
+    // With every payment's signer recovered, as for a server whose every
+    // payer is new.
+    versus(
+        "paid-http-newpayers",
+        "http-peer",
+        1.3,
+        "… every payer new / x402-rs",
+    )?;
+    versus(
+        "paid-http-newpayers",
+        "http-floor",
+        0.9,
+        "… every payer new / floor",
+    )?;
     versus(
         "paid-http-engine",
         "http-floor",
@@ -232,6 +246,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for path in [
         "paid-http",
         "paid-http-noprecheck",
+        "paid-http-newpayers",
         "paid-http-engine",
         "http-floor",
         "paid-memory",

@@ -35,7 +35,10 @@
 //! `paid-api` with `FACILITATOR_URL` set runs the example against that
 //! facilitator (and funds no dev-ledger payers: there is no dev ledger).
 //! `BENCH_LOCAL_PRECHECK=0` turns the engine's local pre-check off
-//! (`EngineBuilder::local_precheck(false)`), to measure its cost.
+//! (`EngineBuilder::local_precheck(false)`), to measure its cost, and
+//! `BENCH_KNOWN_PAYERS=0` keeps it recovering every payment's signer
+//! (`EngineBuilder::precheck_known_payers(false)`), as for a server whose
+//! every payer is new.
 //!
 //! Every mode also serves `GET /__bench/allocations`: the heap allocations
 //! (and bytes) the process has made so far, counted by a wrapping global
@@ -114,6 +117,12 @@ async fn health() -> Json<Value> {
 /// Whether the engine's local pre-check is on: unless `BENCH_LOCAL_PRECHECK=0`.
 fn local_precheck() -> bool {
     std::env::var("BENCH_LOCAL_PRECHECK").as_deref() != Ok("0")
+}
+
+/// Whether the pre-check leaves known payers' signatures to the
+/// facilitator: unless `BENCH_KNOWN_PAYERS=0`.
+fn known_payers() -> bool {
+    std::env::var("BENCH_KNOWN_PAYERS").as_deref() != Ok("0")
 }
 
 fn unix_now() -> u64 {
@@ -245,6 +254,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let engine =
                 x402_core::Engine::builder(x402_core::facilitator::HttpFacilitator::new(&url)?)
                     .local_precheck(local_precheck())
+                    .precheck_known_payers(known_payers())
                     .public_origin(config.public_origin())
                     .route(
                         x402_core::route::Route::get("/exact/evm/eip3009")
@@ -264,6 +274,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             // BENCH_LOCAL_PRECHECK=0: the example without the engine's own
             // signature check, to measure what the check costs.
             config.local_precheck = local_precheck();
+            // BENCH_KNOWN_PAYERS=0: every payment's signer recovered, as for
+            // a server whose every payer is new.
+            config.precheck_known_payers = known_payers();
             let (router, state) = paid_api::app(config).await?;
             let payers: u64 = env_or("BENCH_PAYERS", 64);
             let seed: u64 = env_or("BENCH_SEED", 402);
@@ -274,14 +287,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
             eprintln!(
-                "bench-server: paid-api on {addr}, {}, redis: {}, local pre-check: {}",
+                "bench-server: paid-api on {addr}, {}, redis: {}, local pre-check: {}, known payers: {}",
                 if remote {
                     "facilitator over HTTP".to_owned()
                 } else {
                     format!("{payers} payers funded on the dev ledger")
                 },
                 std::env::var("REDIS_URL").is_ok(),
-                local_precheck()
+                local_precheck(),
+                known_payers()
             );
             let router = router.route(ALLOCATIONS_PATH, get(allocations));
             announce(addr)?;

@@ -23,7 +23,10 @@
 //! - `engine`: the same request through `x402_axum::PaywallLayer` (the
 //!   engine's local pre-check off unless `PRECHECK=1`, as the facilitator's
 //!   signature check is not the engine's own cost): routing, matching, the
-//!   claim, verify and settle against the stand-in, the receipt.
+//!   claim, verify and settle against the stand-in, the receipt. Every
+//!   payment is the test payer's, which the pre-check knows after the first
+//!   one and leaves to the stand-in; `KNOWN_PAYERS=0` has it recover every
+//!   payment's signer.
 
 // A measurement that goes wrong stops loudly: these are its asserts.
 #![allow(clippy::print_stdout, clippy::print_stderr, clippy::expect_used)]
@@ -81,6 +84,7 @@ fn main() -> Result<(), Error> {
         .build()?;
     let engine = Engine::builder(StandIn::new().without_records())
         .local_precheck(std::env::var("PRECHECK").as_deref() == Ok("1"))
+        .precheck_known_payers(std::env::var("KNOWN_PAYERS").as_deref() != Ok("0"))
         .route(Route::get("/paid").offer(Offer::exact(NETWORK, "$0.001", testing::PAY_TO)))
         .build()?;
     let challenge = rt.block_on(testing::challenge(&engine, Request::get("/paid").body(())?));

@@ -210,7 +210,9 @@ impl Transport {
         loop {
             let (mut connection, fresh) = match self.checkout() {
                 Some(connection) => (connection, false),
-                None => (self.connect().await?, true),
+                // Boxed: connecting (TCP, TLS) is rare and its future is
+                // most of this one's size, which every call would carry.
+                None => (Box::pin(self.connect()).await?, true),
             };
             let Some(message) = request.take() else {
                 return Err(TransportError::connect("no request to send"));
