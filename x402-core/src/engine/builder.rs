@@ -263,7 +263,7 @@ impl EngineBuilder {
     /// recovered here again for ten minutes. So forged payloads naming an
     /// address that paid before cost the facilitator at most one call per
     /// such address per ten minutes, and those naming any other address
-    /// none. The engine remembers up to 1 024 payers (about 40 KB); one it
+    /// none. The engine remembers up to 1 024 payers (about 50 KB); one it
     /// forgets is checked in full again.
     ///
     /// Turn it off to recover every payment's signer here, so that no

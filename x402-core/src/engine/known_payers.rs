@@ -31,7 +31,7 @@ use alloy_primitives::Address;
 pub(crate) const DISTRUST: u64 = 600;
 
 /// Shards (each behind its own lock) and slots per shard: 1 024 payers in
-/// about 40 KB.
+/// about 50 KB.
 const SHARDS: usize = 16;
 const SLOTS: usize = 64;
 
@@ -63,7 +63,9 @@ const EMPTY: Slot = Slot {
 #[derive(Debug)]
 pub(crate) struct KnownPayers {
     shards: Box<[Mutex<[Slot; SLOTS]>; SHARDS]>,
-    /// Drawn at random per table: where a payer sits cannot be aimed at.
+    /// Drawn at random per table, so that which payers share a slot is not
+    /// known outside the process. A payer pushed out of its slot is only
+    /// checked in full again.
     seed: u64,
 }
 

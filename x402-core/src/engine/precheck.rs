@@ -55,10 +55,7 @@ pub(super) fn precheck<'a>(
     let Ok(payload) = EvmPayload::from_value(request.payment_payload.payload()) else {
         return Ok(Passed::default());
     };
-    let payer = match &payload {
-        EvmPayload::Eip3009(p) => p.authorization.from,
-        EvmPayload::Permit2(p) => p.permit2_authorization.from,
-    };
+    let payer = payload.payer();
     let checks = |signer| Checks {
         now,
         margin: MARGIN_SECS,
