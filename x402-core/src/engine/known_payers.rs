@@ -142,16 +142,13 @@ impl KnownPayers {
     /// recovered here: it is trusted from now on, unless it is distrusted.
     pub(crate) fn accepted(&self, chain_id: u64, payer: Address, now: u64) {
         self.with_slot(chain_id, &payer, |slot| {
-            let mine = slot.chain_id == chain_id && slot.payer == payer;
             match slot.state {
-                // Its one unchecked payment stays in flight, or it is still
-                // distrusted: left as it is.
-                State::Vouching | State::Trusted if mine => {}
-                State::Distrusted(until) if mine && now < until => {}
-                // Another payer's unchecked payment keeps its place.
+                // An unchecked payment in flight, and a distrust that has
+                // not run out, keep the slot, whoever's they are.
                 State::Vouching => {}
-                // Another payer's distrust is kept over a newcomer's trust.
                 State::Distrusted(until) if now < until => {}
+                // Empty, trusted (this payer again, or another one pushed
+                // out), or a distrust that ran out.
                 _ => {
                     *slot = Slot {
                         chain_id,
@@ -183,24 +180,19 @@ impl Voucher<'_> {
 
 impl Drop for Voucher<'_> {
     fn drop(&mut self) {
-        let (chain_id, payer, accepted) = (self.chain_id, self.payer, self.accepted);
-        let until = self.now.saturating_add(DISTRUST);
+        let (chain_id, payer) = (self.chain_id, self.payer);
+        let state = if self.accepted {
+            State::Trusted
+        } else {
+            State::Distrusted(self.now.saturating_add(DISTRUST))
+        };
+        // The slot is still this payer's: nothing replaces a vouching one.
         self.payers.with_slot(chain_id, &payer, |slot| {
-            if slot.chain_id == chain_id && slot.payer == payer {
-                slot.state = if accepted {
-                    State::Trusted
-                } else {
-                    State::Distrusted(until)
-                };
-            } else if !accepted {
-                // The slot was taken over meanwhile (it cannot be while
-                // vouching, but the distrust must land anyway).
-                *slot = Slot {
-                    chain_id,
-                    payer,
-                    state: State::Distrusted(until),
-                };
-            }
+            *slot = Slot {
+                chain_id,
+                payer,
+                state,
+            };
         });
     }
 }
