@@ -289,7 +289,7 @@ impl Engine {
             return refuse(Refusal::NoMatchingRequirements, Some(version), None);
         };
 
-        let network = offer.requirements.network.clone();
+        let network = offer.names.network.clone();
         let pctx = PaymentContext {
             route: route.pattern(),
             payload: &request_body.payment_payload,
@@ -373,14 +373,14 @@ impl Engine {
         let meter = upto.then(|| Meter::new(offer.requirements.amount));
         let payment = VerifiedPayment {
             version,
-            scheme: offer.requirements.scheme.clone(),
-            network: network.clone(),
-            payer: verdict.payer.clone(),
+            scheme: offer.names.scheme.clone(),
+            network: offer.names.network.clone(),
+            payer: verdict.payer.as_deref().map(SharedStr::from),
             amount: offer.requirements.amount,
-            asset: offer.requirements.asset.clone(),
-            pay_to: offer.requirements.pay_to.clone(),
+            asset: offer.names.asset.clone(),
+            pay_to: offer.names.pay_to.clone(),
             requirements: offer.requirements.clone(),
-            route: route.pattern().to_owned(),
+            route: compiled.pattern.clone(),
             meter: meter.clone(),
             session: None,
             sign_in: None,
@@ -478,18 +478,17 @@ impl Engine {
             .sessions
             .first()
             .and_then(|s| s.accepts.first())
-            .map(|a| a.requirements.clone())
             .ok_or(Refusal::Internal)?;
         let payment = VerifiedPayment {
             version: X402Version::V2,
-            scheme: first.scheme.clone(),
-            network: first.network.clone(),
+            scheme: first.names.scheme.clone(),
+            network: first.names.network.clone(),
             payer: None,
             amount: AtomicAmount::ZERO,
-            asset: first.asset.clone(),
-            pay_to: first.pay_to.clone(),
-            requirements: first,
-            route: compiled.route.pattern().to_owned(),
+            asset: first.names.asset.clone(),
+            pay_to: first.names.pay_to.clone(),
+            requirements: first.requirements.clone(),
+            route: compiled.pattern.clone(),
             meter: None,
             session: Some(SessionCall {
                 remaining,

@@ -97,7 +97,7 @@ mod siwx;
 mod table;
 
 pub use self::describe::{PricingKind, RouteDescription, SessionDescription, Settlement};
-pub use crate::payment::{SessionCall, VerifiedPayment};
+pub use crate::payment::{SessionCall, SharedStr, VerifiedPayment};
 
 pub use self::body::PaidBody;
 pub use self::builder::{ConfigError, EngineBuilder};

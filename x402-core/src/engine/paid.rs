@@ -78,7 +78,7 @@ pub(super) enum Kind {
 
 pub(super) struct PaymentState {
     pub(super) request: Box<FacilitatorRequest>,
-    pub(super) network: String,
+    pub(super) network: crate::payment::SharedStr,
     pub(super) timing: SettlementTiming,
     pub(super) resource: v2::ResourceInfo,
     pub(super) resolved: Arc<Resolved>,
@@ -540,7 +540,7 @@ impl Settlement {
         };
         let hooks = &self.engine.inner.hooks;
         let failure = |reason: String| SettleResponse {
-            payer: self.payment.payer.clone(),
+            payer: self.payment.payer.as_deref().map(str::to_owned),
             ..SettleResponse::failure(settle_request.payment_requirements.network(), reason)
         };
         for hook in hooks.at(HookSteps::BEFORE_SETTLE) {
@@ -611,7 +611,7 @@ impl Settlement {
             }
         };
         if receipt.payer.is_none() {
-            receipt.payer = self.payment.payer.clone();
+            receipt.payer = self.payment.payer.as_deref().map(str::to_owned);
         }
         if receipt.network.is_empty() {
             receipt.network = settle_request.payment_requirements.network().to_owned();

@@ -7,6 +7,7 @@ use serde_json::Value;
 use crate::{
     money::PriceError,
     network::{self, Family, TransferMethod},
+    payment::SharedStr,
     proto::{v2, JsonObject, SupportedResponse, X402Version},
     route::{Offer, SettlementTiming, EXACT, UPTO},
 };
@@ -64,6 +65,30 @@ fn batch_delegates(offer: &Offer) -> bool {
 pub(crate) struct ResolvedOffer {
     pub(crate) requirements: Arc<v2::PaymentRequirements>,
     pub(crate) decimals: u8,
+    /// The requirement's names, shared with the payments that match it.
+    pub(crate) names: OfferNames,
+}
+
+/// A requirement's scheme, network, asset and recipient as [`SharedStr`]s:
+/// made once per offer, so that a [`VerifiedPayment`](crate::VerifiedPayment)
+/// shares them instead of copying them per request.
+#[derive(Debug, Clone)]
+pub(crate) struct OfferNames {
+    pub(crate) scheme: SharedStr,
+    pub(crate) network: SharedStr,
+    pub(crate) asset: SharedStr,
+    pub(crate) pay_to: SharedStr,
+}
+
+impl OfferNames {
+    pub(crate) fn of(requirements: &v2::PaymentRequirements) -> Self {
+        Self {
+            scheme: SharedStr::from(&requirements.scheme),
+            network: SharedStr::from(&requirements.network),
+            asset: SharedStr::from(&requirements.asset),
+            pay_to: SharedStr::from(&requirements.pay_to),
+        }
+    }
 }
 
 /// Turns an offer into the v2 requirement the challenge advertises.
@@ -146,17 +171,19 @@ pub(crate) fn resolve_offer(
     for (k, v) in &offer.extra {
         extra.insert(k.clone(), v.clone());
     }
+    let requirements = v2::PaymentRequirements {
+        scheme: offer.scheme.clone(),
+        network: offer.network.clone(),
+        amount,
+        asset: address,
+        pay_to: offer.pay_to.clone(),
+        max_timeout_seconds: offer.max_timeout_seconds,
+        extra,
+        other: JsonObject::new(),
+    };
     Ok(ResolvedOffer {
-        requirements: Arc::new(v2::PaymentRequirements {
-            scheme: offer.scheme.clone(),
-            network: offer.network.clone(),
-            amount,
-            asset: address,
-            pay_to: offer.pay_to.clone(),
-            max_timeout_seconds: offer.max_timeout_seconds,
-            extra,
-            other: JsonObject::new(),
-        }),
+        names: OfferNames::of(&requirements),
+        requirements: Arc::new(requirements),
         decimals,
     })
 }

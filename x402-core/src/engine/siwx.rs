@@ -158,23 +158,19 @@ impl Engine {
         )
         .await?;
 
-        let first = resolved
-            .accepts
-            .first()
-            .map(|a| a.requirements.clone())
-            .ok_or(Refusal::Internal)?;
+        let first = resolved.accepts.first().ok_or(Refusal::Internal)?;
         let address = checked.address.to_checksum(None);
         tracing::debug!(route = route.pattern(), payer = %address, "x402: signed in with sign-in-with-x");
         let payment = VerifiedPayment {
             version: X402Version::V2,
-            scheme: first.scheme.clone(),
-            network: checked.chain_id.clone(),
-            payer: Some(address.clone()),
+            scheme: first.names.scheme.clone(),
+            network: checked.chain_id.as_str().into(),
+            payer: Some(address.as_str().into()),
             amount: AtomicAmount::ZERO,
-            asset: first.asset.clone(),
-            pay_to: first.pay_to.clone(),
-            requirements: first,
-            route: route.pattern().to_owned(),
+            asset: first.names.asset.clone(),
+            pay_to: first.names.pay_to.clone(),
+            requirements: first.requirements.clone(),
+            route: compiled.pattern.clone(),
             meter: None,
             session: None,
             sign_in: Some(SignedIn {

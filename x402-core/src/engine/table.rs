@@ -5,6 +5,8 @@ use crate::floor::PriceFloors;
 
 pub(super) struct CompiledRoute {
     pub(super) route: Route,
+    /// The route's pattern, shared with the payments made at it.
+    pub(super) pattern: crate::payment::SharedStr,
     /// The static offers, resolved once (on first use, when they need the
     /// facilitator's `/supported`).
     pub(super) resolved: OnceCell<Arc<Resolved>>,
@@ -47,6 +49,7 @@ impl CompiledRoute {
         }
         let series = crate::metrics::RouteSeries::new(route.pattern());
         Ok(Self {
+            pattern: crate::payment::SharedStr::from(route.pattern()),
             route,
             resolved,
             series,
