@@ -431,14 +431,15 @@ impl Engine {
         }
 
         let meter = Meter::new(requirement.amount);
+        let names = offer.names();
         let payment = VerifiedPayment {
             version: X402Version::V2,
-            scheme: offer.names.scheme.clone(),
-            network: offer.names.network.clone(),
+            scheme: names.scheme.clone(),
+            network: names.network.clone(),
             payer: Some(payer.into()),
             amount: requirement.amount,
-            asset: offer.names.asset.clone(),
-            pay_to: offer.names.pay_to.clone(),
+            asset: names.asset.clone(),
+            pay_to: names.pay_to.clone(),
             requirements: requirement.clone(),
             route: compiled.pattern.clone(),
             meter: Some(meter.clone()),

@@ -289,7 +289,8 @@ impl Engine {
             return refuse(Refusal::NoMatchingRequirements, Some(version), None);
         };
 
-        let network = offer.names.network.clone();
+        let names = offer.names();
+        let network = names.network.clone();
         let pctx = PaymentContext {
             route: route.pattern(),
             payload: &request_body.payment_payload,
@@ -373,12 +374,12 @@ impl Engine {
         let meter = upto.then(|| Meter::new(offer.requirements.amount));
         let payment = VerifiedPayment {
             version,
-            scheme: offer.names.scheme.clone(),
-            network: offer.names.network.clone(),
+            scheme: names.scheme.clone(),
+            network: network.clone(),
             payer: verdict.payer.as_deref().map(SharedStr::from),
             amount: offer.requirements.amount,
-            asset: offer.names.asset.clone(),
-            pay_to: offer.names.pay_to.clone(),
+            asset: names.asset.clone(),
+            pay_to: names.pay_to.clone(),
             requirements: offer.requirements.clone(),
             route: compiled.pattern.clone(),
             meter: meter.clone(),
@@ -479,14 +480,15 @@ impl Engine {
             .first()
             .and_then(|s| s.accepts.first())
             .ok_or(Refusal::Internal)?;
+        let names = first.names();
         let payment = VerifiedPayment {
             version: X402Version::V2,
-            scheme: first.names.scheme.clone(),
-            network: first.names.network.clone(),
+            scheme: names.scheme.clone(),
+            network: names.network.clone(),
             payer: None,
             amount: AtomicAmount::ZERO,
-            asset: first.names.asset.clone(),
-            pay_to: first.names.pay_to.clone(),
+            asset: names.asset.clone(),
+            pay_to: names.pay_to.clone(),
             requirements: first.requirements.clone(),
             route: compiled.pattern.clone(),
             meter: None,

@@ -1,6 +1,6 @@
 //! Offers → requirements.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 
@@ -65,13 +65,25 @@ fn batch_delegates(offer: &Offer) -> bool {
 pub(crate) struct ResolvedOffer {
     pub(crate) requirements: Arc<v2::PaymentRequirements>,
     pub(crate) decimals: u8,
-    /// The requirement's names, shared with the payments that match it.
-    pub(crate) names: OfferNames,
+    /// The requirement's names, shared with the payments that match it:
+    /// made by the first one (see [`names`](Self::names)).
+    names: OnceLock<OfferNames>,
+}
+
+impl ResolvedOffer {
+    /// The requirement's names, made once, when a payment first matched
+    /// this offer: routes priced per request resolve their offers for every
+    /// request, 402s included, and most of those offers are never paid.
+    pub(crate) fn names(&self) -> &OfferNames {
+        self.names
+            .get_or_init(|| OfferNames::of(&self.requirements))
+    }
 }
 
 /// A requirement's scheme, network, asset and recipient as [`SharedStr`]s:
-/// made once per offer, so that a [`VerifiedPayment`](crate::VerifiedPayment)
-/// shares them instead of copying them per request.
+/// made at most once per offer, so that a
+/// [`VerifiedPayment`](crate::VerifiedPayment) shares them instead of
+/// copying them per request.
 #[derive(Debug, Clone)]
 pub(crate) struct OfferNames {
     pub(crate) scheme: SharedStr,
@@ -81,7 +93,7 @@ pub(crate) struct OfferNames {
 }
 
 impl OfferNames {
-    pub(crate) fn of(requirements: &v2::PaymentRequirements) -> Self {
+    fn of(requirements: &v2::PaymentRequirements) -> Self {
         Self {
             scheme: SharedStr::from(&requirements.scheme),
             network: SharedStr::from(&requirements.network),
@@ -171,20 +183,19 @@ pub(crate) fn resolve_offer(
     for (k, v) in &offer.extra {
         extra.insert(k.clone(), v.clone());
     }
-    let requirements = v2::PaymentRequirements {
-        scheme: offer.scheme.clone(),
-        network: offer.network.clone(),
-        amount,
-        asset: address,
-        pay_to: offer.pay_to.clone(),
-        max_timeout_seconds: offer.max_timeout_seconds,
-        extra,
-        other: JsonObject::new(),
-    };
     Ok(ResolvedOffer {
-        names: OfferNames::of(&requirements),
-        requirements: Arc::new(requirements),
+        requirements: Arc::new(v2::PaymentRequirements {
+            scheme: offer.scheme.clone(),
+            network: offer.network.clone(),
+            amount,
+            asset: address,
+            pay_to: offer.pay_to.clone(),
+            max_timeout_seconds: offer.max_timeout_seconds,
+            extra,
+            other: JsonObject::new(),
+        }),
         decimals,
+        names: OnceLock::new(),
     })
 }
 

@@ -159,16 +159,17 @@ impl Engine {
         .await?;
 
         let first = resolved.accepts.first().ok_or(Refusal::Internal)?;
+        let names = first.names();
         let address = checked.address.to_checksum(None);
         tracing::debug!(route = route.pattern(), payer = %address, "x402: signed in with sign-in-with-x");
         let payment = VerifiedPayment {
             version: X402Version::V2,
-            scheme: first.names.scheme.clone(),
+            scheme: names.scheme.clone(),
             network: checked.chain_id.as_str().into(),
             payer: Some(address.as_str().into()),
             amount: AtomicAmount::ZERO,
-            asset: first.names.asset.clone(),
-            pay_to: first.names.pay_to.clone(),
+            asset: names.asset.clone(),
+            pay_to: names.pay_to.clone(),
             requirements: first.requirements.clone(),
             route: compiled.pattern.clone(),
             meter: None,
