@@ -353,6 +353,96 @@ async fn a_burst_of_forgeries_naming_a_known_payer_reaches_the_facilitator_once(
     facilitator.assert_calls(2, 1);
 }
 
+/// The payments after which a known payer may have more than one
+/// unchecked payment at the facilitator, and how many it may then have
+/// (`EngineBuilder::precheck_known_payers`).
+const RECORD: usize = 16;
+const MAX_UNCHECKED: usize = 4;
+
+/// Sends `n` copies of `payment()` at once, the facilitator answering each
+/// after 200 ms; the statuses and refusal reasons, and the handler runs.
+async fn burst(
+    engine: &Engine,
+    facilitator: &StandIn,
+    n: usize,
+    payment: impl Fn() -> String,
+) -> (Vec<(StatusCode, Option<String>)>, usize) {
+    facilitator.set_delays(Duration::from_millis(200), Duration::ZERO);
+    let start = Arc::new(tokio::sync::Barrier::new(n));
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let (engine, start, payment) = (engine.clone(), start.clone(), payment());
+            tokio::spawn(async move {
+                start.wait().await;
+                send(&engine, &payment).await
+            })
+        })
+        .collect();
+    let (mut answers, mut runs) = (Vec::new(), 0);
+    for task in tasks {
+        let (status, reason, ran) = task.await.unwrap();
+        answers.push((status, reason));
+        runs += usize::from(ran);
+    }
+    facilitator.set_delays(Duration::ZERO, Duration::ZERO);
+    (answers, runs)
+}
+
+/// An engine whose test payer has paid `RECORD` times, its stand-in and
+/// its offer.
+async fn with_a_record() -> (Arc<StandIn>, Engine, v2::PaymentRequirements) {
+    let facilitator = Arc::new(StandIn::new());
+    let engine = engine(&facilitator, true);
+    let row = offer(&engine).await;
+    for _ in 0..RECORD {
+        pay_once(&engine, &row).await;
+    }
+    (facilitator, engine, row)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_payer_with_a_record_has_a_few_unchecked_payments_at_a_time() {
+    let (facilitator, engine, row) = with_a_record().await;
+    // The stand-in accepts any signature: the unchecked ones are served,
+    // the others are recovered here and refused.
+    let (answers, runs) = burst(&engine, &facilitator, 10, || forged(&row)).await;
+    let served = answers.iter().filter(|(s, _)| *s == StatusCode::OK).count();
+    let refused = answers
+        .iter()
+        .filter(|a| {
+            **a == (
+                StatusCode::PAYMENT_REQUIRED,
+                Some(reason::SIGNATURE.to_owned()),
+            )
+        })
+        .count();
+    assert_eq!(
+        (served, refused, runs),
+        (MAX_UNCHECKED, 10 - MAX_UNCHECKED, MAX_UNCHECKED)
+    );
+    facilitator.assert_calls(RECORD + MAX_UNCHECKED, RECORD + MAX_UNCHECKED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_of_forgeries_naming_a_payer_with_a_record_reaches_the_facilitator_a_few_times() {
+    let (facilitator, engine, row) = with_a_record().await;
+    refuse_forgeries(&facilitator);
+    let (answers, runs) = burst(&engine, &facilitator, 200, || forged(&row)).await;
+    assert_eq!(runs, 0);
+    assert!(answers.iter().all(|a| *a
+        == (
+            StatusCode::PAYMENT_REQUIRED,
+            Some(reason::SIGNATURE.to_owned())
+        )));
+    facilitator.assert_calls(RECORD + MAX_UNCHECKED, RECORD);
+    // The refusals distrusted the payer and wiped its record: its own
+    // payments are recovered and served, forgeries refused here.
+    facilitator.set_verify(VerifyAnswer::Valid);
+    pay_once(&engine, &row).await;
+    assert_refused(&engine, &forged(&row), reason::SIGNATURE).await;
+    facilitator.assert_calls(RECORD + MAX_UNCHECKED + 1, RECORD + 1);
+}
+
 #[tokio::test]
 async fn a_client_hanging_up_on_an_unchecked_payment_distrusts_its_payer() {
     let facilitator = Arc::new(StandIn::new());

@@ -85,7 +85,7 @@ pub use self::config::{
 };
 pub use self::payments::{engine, openapi_info, SIWX_ACCESS, UPTO_CEILING, UPTO_CHARGE};
 pub use self::runs::{PaidRoute, Runs};
-pub use self::state::{is_loopback, AppState};
+pub use self::state::{is_loopback, AppState, SharedState};
 
 /// Why the server could not be configured or run.
 #[derive(Debug, thiserror::Error)]

@@ -20,7 +20,9 @@ use x402_core::{
     Engine, Facilitator, Offer, Route,
 };
 
-use crate::{config_error, is_loopback, AppState, Config, Error, FacilitatorConfig};
+use crate::{
+    config_error, is_loopback, state::SharedState, AppState, Config, Error, FacilitatorConfig,
+};
 
 /// The `upto` route's ceiling, in atomic units of the asset.
 pub const UPTO_CEILING: u64 = 2_000;
@@ -368,7 +370,7 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
             )
         });
     let (shutdown, _) = watch::channel(false);
-    let state = AppState {
+    let state = AppState::new(SharedState {
         dev_ledger,
         network: config.network.as_str().into(),
         asset: Arc::new(config.asset.clone()),
@@ -380,7 +382,7 @@ pub async fn engine(config: &Config) -> Result<(Engine, AppState), Error> {
         batch_enabled: batch_on,
         batch_charge: config.batch.charge,
         batch_claimer: Arc::new(std::sync::Mutex::new(claimer)),
-    };
+    });
     Ok((engine, state))
 }
 

@@ -10,11 +10,16 @@ use crate::{config::AssetConfig, config_error, Error};
 
 /// Handles the running app hands out: the dev ledger (to fund payers and read
 /// balances), the route's network and asset, and the shutdown switch.
+///
+/// axum clones the state for every request it routes, and the paywall
+/// clones the route service (and so the state) for every protected one: the
+/// handles live behind one `Arc`, so that a clone is one reference count.
 #[derive(Debug, Clone)]
-pub struct AppState {
-    // axum clones the state for every request it routes (and the paywall
-    // clones the route service for every protected one; actix-web's
-    // `web::Data` is an Arc): Arcs and copies only, no Strings.
+pub struct AppState(Arc<SharedState>);
+
+/// What every clone of an [`AppState`] shares (read through it).
+#[derive(Debug)]
+pub struct SharedState {
     pub(crate) dev_ledger: Option<Arc<DevLedger>>,
     pub(crate) network: Arc<str>,
     pub(crate) asset: Arc<AssetConfig>,
@@ -32,6 +37,20 @@ pub struct AppState {
     pub(crate) batch_charge: u64,
     /// The batch-settlement claimer's task, when one runs.
     pub(crate) batch_claimer: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
+}
+
+impl AppState {
+    pub(crate) fn new(shared: SharedState) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = SharedState;
+
+    fn deref(&self) -> &SharedState {
+        &self.0
+    }
 }
 
 impl AppState {

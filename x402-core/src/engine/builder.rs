@@ -256,15 +256,19 @@ impl EngineBuilder {
     /// check's cost, is skipped. The facilitator verifies every signature
     /// whatever this says, so no unpaid request is ever served.
     ///
-    /// What a forger can draw from it is bounded: one unchecked payment per
-    /// known payer is at the facilitator at a time (the others are recovered
-    /// here), and one the facilitator does not accept (refused, failed, or
-    /// abandoned by a client that hung up) makes that payer's payments
-    /// recovered here again for ten minutes. So forged payloads naming an
-    /// address that paid before cost the facilitator at most one call per
-    /// such address per ten minutes, and those naming any other address
-    /// none. The engine remembers up to 1 024 payers (about 50 KB); one it
-    /// forgets is checked in full again.
+    /// What a forger can draw from it is bounded. One unchecked payment per
+    /// known payer is at the facilitator at a time, and up to four once the
+    /// facilitator has accepted sixteen of its payments (a buyer that pays
+    /// often also pays in parallel); the others are recovered here. One the
+    /// facilitator does not accept (refused, failed, or abandoned by a
+    /// client that hung up) makes that payer's payments recovered here
+    /// again for ten minutes, and its record starts over. So forged
+    /// payloads naming an address that paid before cost the facilitator at
+    /// most four calls per such address per ten minutes (one if it paid
+    /// fewer than sixteen times), and those naming any other address none.
+    /// The engine remembers up to 1 024 payers (about 56 KB, in sets of
+    /// four where the least recently accepted gives way); one it forgets is
+    /// checked in full again.
     ///
     /// Turn it off to recover every payment's signer here, so that no
     /// forged payload ever reaches the facilitator:

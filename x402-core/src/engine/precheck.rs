@@ -35,7 +35,7 @@ pub(super) struct Passed<'a> {
     /// The chain and payer, when the payer's signer was recovered here (an
     /// acceptance by the facilitator then makes it a known payer).
     pub(super) recovered: Option<(u64, Address)>,
-    /// A known payer's one unchecked payment: its signer is the
+    /// One of a known payer's unchecked payments: its signer is the
     /// facilitator's to judge.
     pub(super) voucher: Option<Voucher<'a>>,
 }
@@ -70,7 +70,7 @@ pub(super) fn precheck<'a>(
                 voucher: Some(voucher),
             });
         }
-        // Its unchecked payment was taken meanwhile: this one is recovered.
+        // Its unchecked payments were taken meanwhile: this one is recovered.
     }
     check(request, &payload, chain_id, checks(Signer::Recover))?;
     Ok(Passed {
