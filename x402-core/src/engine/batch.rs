@@ -299,7 +299,8 @@ impl Engine {
         let Some(request) = FacilitatorRequest::new(
             payment_payload,
             PaymentRequirements::V2((*requirement).clone()),
-        ) else {
+        )
+        .map(PreparedRequest::new) else {
             release(self, &id, hold_id, created).await;
             return refuse(Refusal::NoMatchingRequirements, None);
         };
@@ -419,7 +420,7 @@ impl Engine {
                     &resource,
                     &resolved,
                     enriched.as_ref(),
-                    request,
+                    request.into_request(),
                     &payload,
                     &record,
                     amount,
@@ -455,7 +456,7 @@ impl Engine {
             // and payment-identifier does not apply to them.
             identifier: None,
             kind: Kind::Batch(Box::new(BatchCall {
-                request,
+                request: request.into_request(),
                 payload,
                 channel_id: id,
                 hold: hold_id,

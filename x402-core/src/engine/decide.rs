@@ -284,7 +284,10 @@ impl Engine {
                 None => return refuse(Refusal::NoMatchingRequirements, Some(version), None),
             },
         };
-        let Some(request_body) = FacilitatorRequest::new(*payload, requirements).map(Box::new)
+        // Its body is written once, for the verify and the settle calls.
+        let Some(request_body) = FacilitatorRequest::new(*payload, requirements)
+            .map(PreparedRequest::new)
+            .map(Box::new)
         else {
             return refuse(Refusal::NoMatchingRequirements, Some(version), None);
         };
@@ -528,7 +531,7 @@ impl Engine {
     pub(super) async fn verify(
         &self,
         ctx: &PaymentContext<'_>,
-        request: &FacilitatorRequest,
+        request: &PreparedRequest,
     ) -> Result<VerifyResponse, Refusal> {
         for hook in self.inner.hooks.at(HookSteps::BEFORE_VERIFY) {
             match hook.before_verify(ctx).await {
@@ -562,7 +565,7 @@ impl Engine {
             }
         }
         let timer = crate::metrics::FacilitatorTimer::start();
-        let answer = self.inner.facilitator.verify(request).await;
+        let answer = self.inner.facilitator.verify_prepared(request).await;
         self.inner
             .series
             .facilitator_call(timer, crate::metrics::FacilitatorOp::Verify);

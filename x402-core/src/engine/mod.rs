@@ -68,8 +68,8 @@ use crate::{
     money::AtomicAmount,
     paywall::{DefaultPaywallPage, PaywallPage},
     proto::{
-        v2, FacilitatorRequest, JsonObject, PaymentPayload, PaymentRequirements, SupportedResponse,
-        VerifyResponse, X402Version,
+        v2, FacilitatorRequest, JsonObject, PaymentPayload, PaymentRequirements, PreparedRequest,
+        SupportedResponse, VerifyResponse, X402Version,
     },
     route::{Offer, PatternError, Pricing, RequestView, Route, SettlementTiming, UPTO},
     session::{MemorySessionStore, Redemption, SessionStore, SessionToken, X_PAYMENT_SESSION},

@@ -23,7 +23,7 @@ use crate::{
     },
     meter::{self, Meter},
     money::AtomicAmount,
-    proto::{v2, FacilitatorRequest, JsonObject, SettleResponse},
+    proto::{v2, JsonObject, PreparedRequest, SettleResponse},
     route::SettlementTiming,
     session::{
         SessionRecord, SessionToken, TokenHash, X_PAYMENT_SESSION, X_PAYMENT_SESSION_ERROR,
@@ -77,7 +77,7 @@ pub(super) enum Kind {
 }
 
 pub(super) struct PaymentState {
-    pub(super) request: Box<FacilitatorRequest>,
+    pub(super) request: Box<PreparedRequest>,
     pub(super) network: crate::payment::SharedStr,
     pub(super) timing: SettlementTiming,
     pub(super) resource: v2::ResourceInfo,
@@ -527,11 +527,11 @@ impl Settlement {
         // The verified request as it is, or with the `upto` charge.
         // Boxed when charged: this future is boxed itself.
         let charged = charge.map(|charge| {
-            let mut request = state.request.clone();
+            let mut request = state.request.request().clone();
             request.payment_requirements = request.payment_requirements.with_amount(charge);
-            request
+            Box::new(PreparedRequest::new(request))
         });
-        let settle_request: &FacilitatorRequest = charged.as_deref().unwrap_or(&state.request);
+        let settle_request: &PreparedRequest = charged.as_deref().unwrap_or(&state.request);
         let ctx = PaymentContext {
             route: self.route.route.pattern(),
             payload: &settle_request.payment_payload,

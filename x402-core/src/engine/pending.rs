@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use super::Engine;
 use crate::{
     facilitator::FacilitatorError,
-    proto::{FacilitatorRequest, SettleResponse},
+    proto::{PreparedRequest, SettleResponse},
 };
 
 /// The facilitator's reason for a broadcast settlement not yet final.
@@ -105,7 +105,7 @@ impl Engine {
     /// pending in the end is [`FacilitatorError::SettlementPending`].
     pub(super) async fn settle_with_pending_retry(
         &self,
-        request: &FacilitatorRequest,
+        request: &PreparedRequest,
     ) -> Result<SettleResponse, FacilitatorError> {
         let inner = &self.inner;
         let policy = inner.pending_retry;
@@ -115,7 +115,7 @@ impl Engine {
         loop {
             attempts += 1;
             let timer = crate::metrics::FacilitatorTimer::start();
-            let answer = inner.facilitator.settle(request).await;
+            let answer = inner.facilitator.settle_prepared(request).await;
             inner
                 .series
                 .facilitator_call(timer, crate::metrics::FacilitatorOp::Settle);

@@ -18,7 +18,9 @@ use self::breaker::{Admission, Breaker, Policy, Ticket, Transition};
 use self::merge::{join_all, merge};
 use self::sticky::{payment_id, PaymentId, Sticky};
 use super::{Facilitator, FacilitatorError, FacilitatorErrorKind, FacilitatorHealth, GasWallet};
-use crate::proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse};
+use crate::proto::{
+    FacilitatorRequest, PreparedRequest, SettleResponse, SupportedResponse, VerifyResponse,
+};
 
 mod breaker;
 mod builder;
@@ -47,6 +49,9 @@ const SIGNER_KEYS: [&str; 2] = ["feePayer", "facilitatorAddress"];
 
 /// A member's `/supported` answer.
 type SupportedAnswer = Result<SupportedResponse, FacilitatorError>;
+
+/// One member's call, as [`FailoverFacilitator::run`] makes it.
+type MemberCall<'m, T> = Pin<Box<dyn Future<Output = Result<T, FacilitatorError>> + Send + 'm>>;
 
 /// The current time, for the breakers and the settlement preference.
 type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
@@ -452,22 +457,18 @@ impl FailoverFacilitator {
     /// Runs `op` over the members in `order` until one answers, an error
     /// ends the call, or none is left; waits for trials when every member
     /// left is on one.
-    async fn run<T, F>(
+    async fn run<T, F, R>(
         &self,
         op: Op,
-        request: &FacilitatorRequest,
+        request: &R,
         order: &[usize],
         sticky: Option<usize>,
         call: F,
     ) -> Result<T, FacilitatorError>
     where
-        F: for<'m> Fn(
-                &'m dyn Facilitator,
-                &'m FacilitatorRequest,
-            )
-                -> Pin<Box<dyn Future<Output = Result<T, FacilitatorError>> + Send + 'm>>
-            + Sync,
+        F: for<'m> Fn(&'m dyn Facilitator, &'m R) -> MemberCall<'m, T> + Sync,
         T: Answer,
+        R: AsRef<FacilitatorRequest> + Sync,
     {
         let mut progress = Progress {
             tried: vec![false; self.inner.members.len()],
@@ -489,26 +490,22 @@ impl FailoverFacilitator {
                 Pass::Continue { waiting: false } => break,
             }
         }
-        Err(self.exhausted(op, request, progress))
+        Err(self.exhausted(op, request.as_ref(), progress))
     }
 
-    async fn pass<T, F>(
+    async fn pass<T, F, R>(
         &self,
         op: Op,
-        request: &FacilitatorRequest,
+        request: &R,
         order: &[usize],
         sticky: Option<usize>,
         call: &F,
         progress: &mut Progress,
     ) -> Pass<T>
     where
-        F: for<'m> Fn(
-                &'m dyn Facilitator,
-                &'m FacilitatorRequest,
-            )
-                -> Pin<Box<dyn Future<Output = Result<T, FacilitatorError>> + Send + 'm>>
-            + Sync,
+        F: for<'m> Fn(&'m dyn Facilitator, &'m R) -> MemberCall<'m, T> + Sync,
         T: Answer,
+        R: AsRef<FacilitatorRequest> + Sync,
     {
         let mut waiting = false;
         for &index in order {
@@ -529,7 +526,7 @@ impl FailoverFacilitator {
                 }
             };
             progress.tried[index] = true;
-            match member.lists(request).await {
+            match member.lists(request.as_ref()).await {
                 Ok(true) => {}
                 Ok(false) => {
                     permit.release();
@@ -551,7 +548,7 @@ impl FailoverFacilitator {
             match call(&*member.facilitator, request).await {
                 Ok(answer) => {
                     permit.succeeded(op);
-                    answer.served(self, index, request);
+                    answer.served(self, index, request.as_ref());
                     return Pass::Done(Ok(answer));
                 }
                 Err(error) if matches!(error, FacilitatorError::Unrouted { .. }) => {
@@ -633,6 +630,43 @@ impl Answer for SettleResponse {
     fn served(&self, _: &FailoverFacilitator, _: usize, _: &FacilitatorRequest) {}
 }
 
+impl FailoverFacilitator {
+    /// Verifies with the first member that answers.
+    async fn verify_with<R, F>(
+        &self,
+        request: &R,
+        call: F,
+    ) -> Result<VerifyResponse, FacilitatorError>
+    where
+        F: for<'m> Fn(&'m dyn Facilitator, &'m R) -> MemberCall<'m, VerifyResponse> + Sync,
+        R: AsRef<FacilitatorRequest> + Sync,
+    {
+        let order: Vec<usize> = (0..self.inner.members.len()).collect();
+        self.run(Op::Verify, request, &order, None, call).await
+    }
+
+    /// Settles with the member that verified, then the others.
+    async fn settle_with<R, F>(
+        &self,
+        request: &R,
+        call: F,
+    ) -> Result<SettleResponse, FacilitatorError>
+    where
+        F: for<'m> Fn(&'m dyn Facilitator, &'m R) -> MemberCall<'m, SettleResponse> + Sync,
+        R: AsRef<FacilitatorRequest> + Sync,
+    {
+        let id: PaymentId = payment_id(request.as_ref());
+        let now = self.now();
+        let sticky = self.sticky().member(&id, now);
+        let mut order: Vec<usize> = Vec::with_capacity(self.inner.members.len());
+        order.extend(sticky);
+        order.extend((0..self.inner.members.len()).filter(|i| Some(*i) != sticky));
+        let result = self.run(Op::Settle, request, &order, sticky, call).await;
+        self.sticky().forget(&id);
+        result
+    }
+}
+
 #[async_trait]
 impl Facilitator for FailoverFacilitator {
     /// Tries the members in order; any error moves on to the next member,
@@ -641,11 +675,8 @@ impl Facilitator for FailoverFacilitator {
         &self,
         request: &FacilitatorRequest,
     ) -> Result<VerifyResponse, FacilitatorError> {
-        let order: Vec<usize> = (0..self.inner.members.len()).collect();
-        self.run(Op::Verify, request, &order, None, |facilitator, request| {
-            facilitator.verify(request)
-        })
-        .await
+        self.verify_with(request, |facilitator, request| facilitator.verify(request))
+            .await
     }
 
     /// Tries the member that verified the payment, then the others in
@@ -655,23 +686,32 @@ impl Facilitator for FailoverFacilitator {
         &self,
         request: &FacilitatorRequest,
     ) -> Result<SettleResponse, FacilitatorError> {
-        let id: PaymentId = payment_id(request);
-        let now = self.now();
-        let sticky = self.sticky().member(&id, now);
-        let mut order: Vec<usize> = Vec::with_capacity(self.inner.members.len());
-        order.extend(sticky);
-        order.extend((0..self.inner.members.len()).filter(|i| Some(*i) != sticky));
-        let result = self
-            .run(
-                Op::Settle,
-                request,
-                &order,
-                sticky,
-                |facilitator, request| facilitator.settle(request),
-            )
-            .await;
-        self.sticky().forget(&id);
-        result
+        self.settle_with(request, |facilitator, request| facilitator.settle(request))
+            .await
+    }
+
+    /// As [`verify`](Facilitator::verify), each member given the prepared
+    /// request.
+    async fn verify_prepared(
+        &self,
+        request: &PreparedRequest,
+    ) -> Result<VerifyResponse, FacilitatorError> {
+        self.verify_with(request, |facilitator, request| {
+            facilitator.verify_prepared(request)
+        })
+        .await
+    }
+
+    /// As [`settle`](Facilitator::settle), each member given the prepared
+    /// request.
+    async fn settle_prepared(
+        &self,
+        request: &PreparedRequest,
+    ) -> Result<SettleResponse, FacilitatorError> {
+        self.settle_with(request, |facilitator, request| {
+            facilitator.settle_prepared(request)
+        })
+        .await
     }
 
     /// The `/supported` answers of the members whose breaker is not open,

@@ -14,13 +14,12 @@ use reqwest::{Client, Url};
 
 use super::{Facilitator, FacilitatorError, FacilitatorHealth};
 use crate::capped::read_capped;
-use crate::proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse};
+use crate::proto::{
+    FacilitatorRequest, PreparedRequest, SettleResponse, SupportedResponse, VerifyResponse,
+};
 
 /// The `User-Agent` of every call.
 const USER_AGENT: &str = concat!("x402-core/", env!("CARGO_PKG_VERSION"));
-/// The initial room for a `/verify` or `/settle` body (an EIP-3009 payment
-/// and its requirement take about 2 kB).
-const REQUEST_BODY_CAPACITY: usize = 4096;
 /// The default deadline of one request.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default lifetime of a cached `/supported` answer.
@@ -226,7 +225,7 @@ impl HttpFacilitator {
     async fn call(
         &self,
         endpoint: Endpoint,
-        body: Option<&FacilitatorRequest>,
+        body: Option<Bytes>,
     ) -> Result<Reply, FacilitatorError> {
         let inner = &*self.inner;
         if let Some(transport) = &inner.transport {
@@ -236,14 +235,6 @@ impl HttpFacilitator {
                     Endpoint::Settle => &inner.settle_target,
                     Endpoint::Supported => &inner.supported_target,
                 };
-                let body = body
-                    .map(|b| {
-                        // Sized for a typical request: no regrowth.
-                        let mut out = Vec::with_capacity(REQUEST_BODY_CAPACITY);
-                        serde_json::to_writer(&mut out, b).map(|()| Bytes::from(out))
-                    })
-                    .transpose()
-                    .map_err(|e| FacilitatorError::Transport(Box::new(e)))?;
                 let extra = match &inner.auth {
                     Some(auth) => Some(auth.headers(endpoint).await?),
                     None => None,
@@ -271,7 +262,14 @@ impl HttpFacilitator {
                 Endpoint::Supported => &inner.supported_url,
             };
             let mut request = match body {
-                Some(body) => inner.client.post(url.clone()).json(body),
+                Some(body) => inner
+                    .client
+                    .post(url.clone())
+                    .header(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    )
+                    .body(body),
                 None => inner.client.get(url.clone()),
             };
             request = request.header(header::ACCEPT, HeaderValue::from_static("application/json"));
@@ -303,13 +301,21 @@ impl HttpFacilitator {
     }
 }
 
-#[async_trait]
-impl Facilitator for HttpFacilitator {
-    async fn verify(
-        &self,
-        request: &FacilitatorRequest,
-    ) -> Result<VerifyResponse, FacilitatorError> {
-        let reply = self.call(Endpoint::Verify, Some(request)).await?;
+/// `request`'s JSON body.
+fn body(request: &FacilitatorRequest) -> Result<Bytes, FacilitatorError> {
+    crate::proto::json_body(request).map_err(|e| FacilitatorError::Transport(Box::new(e)))
+}
+
+/// `request`'s JSON body, written once.
+fn prepared_body(request: &PreparedRequest) -> Result<Bytes, FacilitatorError> {
+    request
+        .body()
+        .map_err(|e| FacilitatorError::Transport(Box::new(e)))
+}
+
+impl HttpFacilitator {
+    async fn verify_body(&self, body: Bytes) -> Result<VerifyResponse, FacilitatorError> {
+        let reply = self.call(Endpoint::Verify, Some(body)).await?;
         let verdict = verify_reply(&reply)?;
         // A verdict's sidechannel is logged only; the settlement's reaches
         // the hooks (`SettleResponse::extension_responses`).
@@ -317,14 +323,50 @@ impl Facilitator for HttpFacilitator {
         Ok(verdict)
     }
 
+    async fn settle_body(
+        &self,
+        body: Bytes,
+        request: &FacilitatorRequest,
+    ) -> Result<SettleResponse, FacilitatorError> {
+        let reply = self.call(Endpoint::Settle, Some(body)).await?;
+        let mut answer = settle_reply(&reply, request.payment_requirements.network())?;
+        answer.extension_responses = sidechannel::read(Endpoint::Settle, &reply);
+        Ok(answer)
+    }
+}
+
+#[async_trait]
+impl Facilitator for HttpFacilitator {
+    async fn verify(
+        &self,
+        request: &FacilitatorRequest,
+    ) -> Result<VerifyResponse, FacilitatorError> {
+        self.verify_body(body(request)?).await
+    }
+
     async fn settle(
         &self,
         request: &FacilitatorRequest,
     ) -> Result<SettleResponse, FacilitatorError> {
-        let reply = self.call(Endpoint::Settle, Some(request)).await?;
-        let mut answer = settle_reply(&reply, request.payment_requirements.network())?;
-        answer.extension_responses = sidechannel::read(Endpoint::Settle, &reply);
-        Ok(answer)
+        self.settle_body(body(request)?, request).await
+    }
+
+    /// As [`verify`](Facilitator::verify), with the request's body written
+    /// once for `/verify` and `/settle`.
+    async fn verify_prepared(
+        &self,
+        request: &PreparedRequest,
+    ) -> Result<VerifyResponse, FacilitatorError> {
+        self.verify_body(prepared_body(request)?).await
+    }
+
+    /// As [`settle`](Facilitator::settle), with the body
+    /// [`verify_prepared`](Facilitator::verify_prepared) wrote.
+    async fn settle_prepared(
+        &self,
+        request: &PreparedRequest,
+    ) -> Result<SettleResponse, FacilitatorError> {
+        self.settle_body(prepared_body(request)?, request).await
     }
 
     /// The facilitator's `/supported` answer, cached for the TTL.

@@ -42,7 +42,9 @@ use std::{error::Error as StdError, fmt, sync::Arc};
 use alloy_primitives::U256;
 use async_trait::async_trait;
 
-use crate::proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse};
+use crate::proto::{
+    FacilitatorRequest, PreparedRequest, SettleResponse, SupportedResponse, VerifyResponse,
+};
 
 pub mod failover;
 #[cfg(feature = "http-facilitator")]
@@ -80,6 +82,27 @@ pub trait Facilitator: Send + Sync + 'static {
         request: &FacilitatorRequest,
     ) -> Result<SettleResponse, FacilitatorError>;
 
+    /// [`verify`](Self::verify) for a request whose body is kept once
+    /// written: the engine verifies and settles through these two, so that a
+    /// facilitator that posts the request (like [`HttpFacilitator`]) writes
+    /// its JSON once for both calls. The default calls `verify`.
+    async fn verify_prepared(
+        &self,
+        request: &PreparedRequest,
+    ) -> Result<VerifyResponse, FacilitatorError> {
+        self.verify(request).await
+    }
+
+    /// [`settle`](Self::settle) for a request whose body is kept once
+    /// written (see [`verify_prepared`](Self::verify_prepared)). The default
+    /// calls `settle`.
+    async fn settle_prepared(
+        &self,
+        request: &PreparedRequest,
+    ) -> Result<SettleResponse, FacilitatorError> {
+        self.settle(request).await
+    }
+
     /// What the facilitator handles, with the `extra` values sellers copy into
     /// their requirements.
     async fn supported(&self) -> Result<SupportedResponse, FacilitatorError>;
@@ -112,6 +135,20 @@ impl<F: Facilitator + ?Sized> Facilitator for Arc<F> {
         request: &FacilitatorRequest,
     ) -> Result<SettleResponse, FacilitatorError> {
         (**self).settle(request).await
+    }
+
+    async fn verify_prepared(
+        &self,
+        request: &PreparedRequest,
+    ) -> Result<VerifyResponse, FacilitatorError> {
+        (**self).verify_prepared(request).await
+    }
+
+    async fn settle_prepared(
+        &self,
+        request: &PreparedRequest,
+    ) -> Result<SettleResponse, FacilitatorError> {
+        (**self).settle_prepared(request).await
     }
 
     async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {

@@ -8,7 +8,8 @@ use async_trait::async_trait;
 use super::{Facilitator, FacilitatorError, FacilitatorHealth, GasWallet};
 use crate::network::{caip2, pattern_matches, v1_name};
 use crate::proto::{
-    FacilitatorRequest, SettleResponse, SupportedKind, SupportedResponse, VerifyResponse,
+    FacilitatorRequest, PreparedRequest, SettleResponse, SupportedKind, SupportedResponse,
+    VerifyResponse,
 };
 
 /// Routes requests to facilitators by network and scheme.
@@ -172,6 +173,20 @@ impl Facilitator for FacilitatorRouter {
         request: &FacilitatorRequest,
     ) -> Result<SettleResponse, FacilitatorError> {
         self.select(request)?.settle(request).await
+    }
+
+    async fn verify_prepared(
+        &self,
+        request: &PreparedRequest,
+    ) -> Result<VerifyResponse, FacilitatorError> {
+        self.select(request)?.verify_prepared(request).await
+    }
+
+    async fn settle_prepared(
+        &self,
+        request: &PreparedRequest,
+    ) -> Result<SettleResponse, FacilitatorError> {
+        self.select(request)?.settle_prepared(request).await
     }
 
     /// Everything the routed facilitators report, asked one after the other

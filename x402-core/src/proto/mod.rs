@@ -407,6 +407,104 @@ impl<'de> Deserialize<'de> for FacilitatorRequest {
     }
 }
 
+impl AsRef<FacilitatorRequest> for FacilitatorRequest {
+    fn as_ref(&self) -> &FacilitatorRequest {
+        self
+    }
+}
+
+/// A [`FacilitatorRequest`] whose JSON body is written at most once, however
+/// many times it is sent: the engine sends the same body to `/verify` and
+/// then to `/settle`, and a facilitator that posts it
+/// ([`HttpFacilitator`](crate::facilitator::HttpFacilitator)) reuses the
+/// bytes through [`Facilitator::verify_prepared`] and
+/// [`Facilitator::settle_prepared`].
+///
+/// It reads as the request it holds (it derefs to it) and cannot be changed,
+/// so the body always says what the request says.
+///
+/// [`Facilitator::verify_prepared`]: crate::Facilitator::verify_prepared
+/// [`Facilitator::settle_prepared`]: crate::Facilitator::settle_prepared
+///
+/// ```
+/// # use x402_core::proto::{FacilitatorRequest, PreparedRequest};
+/// # fn check(request: FacilitatorRequest) -> Result<(), serde_json::Error> {
+/// let prepared = PreparedRequest::new(request.clone());
+/// assert_eq!(*prepared, request);
+/// assert_eq!(prepared.body()?, serde_json::to_vec(&request)?);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct PreparedRequest {
+    request: FacilitatorRequest,
+    body: std::sync::OnceLock<bytes::Bytes>,
+}
+
+impl PreparedRequest {
+    /// Wraps `request`; its body is written when first asked for.
+    pub fn new(request: FacilitatorRequest) -> Self {
+        Self {
+            request,
+            body: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The request.
+    pub fn request(&self) -> &FacilitatorRequest {
+        &self.request
+    }
+
+    /// The request back.
+    pub fn into_request(self) -> FacilitatorRequest {
+        self.request
+    }
+
+    /// The request's JSON body (`{"x402Version":…,"paymentPayload":…,
+    /// "paymentRequirements":…}`), written on the first call and shared by
+    /// every later one (a clone of [`Bytes`](bytes::Bytes) is a reference
+    /// count).
+    pub fn body(&self) -> Result<bytes::Bytes, serde_json::Error> {
+        if let Some(body) = self.body.get() {
+            return Ok(body.clone());
+        }
+        let body = json_body(&self.request)?;
+        Ok(self.body.get_or_init(|| body).clone())
+    }
+}
+
+/// `request`'s JSON body.
+pub(crate) fn json_body(request: &FacilitatorRequest) -> Result<bytes::Bytes, serde_json::Error> {
+    // Sized for a typical request: no regrowth.
+    let mut out = Vec::with_capacity(REQUEST_BODY_CAPACITY);
+    serde_json::to_writer(&mut out, request)?;
+    Ok(bytes::Bytes::from(out))
+}
+
+/// The initial room for a `/verify` or `/settle` body (an EIP-3009 payment
+/// and its requirement take about 1.3 to 2 kB).
+const REQUEST_BODY_CAPACITY: usize = 4096;
+
+impl std::ops::Deref for PreparedRequest {
+    type Target = FacilitatorRequest;
+
+    fn deref(&self) -> &FacilitatorRequest {
+        &self.request
+    }
+}
+
+impl AsRef<FacilitatorRequest> for PreparedRequest {
+    fn as_ref(&self) -> &FacilitatorRequest {
+        &self.request
+    }
+}
+
+impl From<FacilitatorRequest> for PreparedRequest {
+    fn from(request: FacilitatorRequest) -> Self {
+        Self::new(request)
+    }
+}
+
 /// A facilitator's answer to `POST /verify`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

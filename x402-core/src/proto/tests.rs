@@ -317,3 +317,25 @@ fn the_leading_version_shortcut_answers_as_the_full_peek() {
         assert_eq!(parsed(doc.as_bytes()), want, "{doc}");
     }
 }
+
+#[test]
+fn a_prepared_request_writes_its_body_once() {
+    let header = &headers("v2", "PAYMENT-SIGNATURE")[0];
+    let payload =
+        codec::decode_payment(header.as_bytes(), codec::DEFAULT_MAX_HEADER_BYTES).unwrap();
+    let PaymentPayload::V2(p) = &payload else {
+        panic!("a v2 vector")
+    };
+    let requirements = PaymentRequirements::V2(p.accepted.clone());
+    let request = FacilitatorRequest::new(payload, requirements).unwrap();
+    let prepared = PreparedRequest::new(request.clone());
+    let first = prepared.body().unwrap();
+    // The body is the request's JSON, as before.
+    assert_eq!(first, serde_json::to_vec(&request).unwrap());
+    // Later calls, and clones made after it, share the bytes written.
+    assert_eq!(prepared.body().unwrap().as_ptr(), first.as_ptr());
+    assert_eq!(prepared.clone().body().unwrap().as_ptr(), first.as_ptr());
+    // It reads as the request.
+    assert_eq!(*prepared, request);
+    assert_eq!(prepared.into_request(), request);
+}

@@ -1,0 +1,135 @@
+//! The engine writes a facilitator request's body once: `/verify` and
+//! `/settle` are sent the same bytes (`PreparedRequest`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use x402_core::{
+    facilitator::{FacilitatorError, FacilitatorRouter, FailoverFacilitator},
+    proto::{
+        FacilitatorRequest, PreparedRequest, SettleResponse, SupportedResponse, VerifyResponse,
+    },
+    testing::{self, StandIn},
+    Engine, Facilitator, Offer, Route,
+};
+
+const NETWORK: &str = "eip155:84532";
+
+/// A stand-in that keeps the bodies the engine hands it.
+struct Bodies {
+    stand_in: StandIn,
+    verify: Mutex<Vec<Bytes>>,
+    settle: Mutex<Vec<Bytes>>,
+    unprepared: Mutex<usize>,
+}
+
+impl Default for Bodies {
+    fn default() -> Self {
+        Self {
+            // Listed, for a failover's members.
+            stand_in: StandIn::new().supporting(NETWORK),
+            verify: Mutex::default(),
+            settle: Mutex::default(),
+            unprepared: Mutex::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl Facilitator for Bodies {
+    async fn verify(
+        &self,
+        request: &FacilitatorRequest,
+    ) -> Result<VerifyResponse, FacilitatorError> {
+        *self.unprepared.lock().unwrap() += 1;
+        self.stand_in.verify(request).await
+    }
+
+    async fn settle(
+        &self,
+        request: &FacilitatorRequest,
+    ) -> Result<SettleResponse, FacilitatorError> {
+        *self.unprepared.lock().unwrap() += 1;
+        self.stand_in.settle(request).await
+    }
+
+    async fn verify_prepared(
+        &self,
+        request: &PreparedRequest,
+    ) -> Result<VerifyResponse, FacilitatorError> {
+        self.verify.lock().unwrap().push(request.body().unwrap());
+        self.stand_in.verify(request).await
+    }
+
+    async fn settle_prepared(
+        &self,
+        request: &PreparedRequest,
+    ) -> Result<SettleResponse, FacilitatorError> {
+        self.settle.lock().unwrap().push(request.body().unwrap());
+        self.stand_in.settle(request).await
+    }
+
+    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
+        self.stand_in.supported().await
+    }
+}
+
+/// One paid request through an engine whose facilitator is `facilitator`,
+/// and what `bodies` (inside it) was handed.
+async fn pay_through(facilitator: impl Facilitator, bodies: &Bodies) {
+    let engine = Engine::builder(facilitator)
+        .route(Route::get("/report").offer(Offer::exact(NETWORK, "$0.001", testing::PAY_TO)))
+        .build()
+        .unwrap();
+    let challenge = testing::challenge(&engine, Request::get("/report").body(()).unwrap()).await;
+    let payment = testing::payment(&challenge.accepts[0]);
+    let request = Request::get("/report")
+        .header("payment-signature", payment)
+        .body(String::new())
+        .unwrap();
+    let response = testing::serve(&engine, request, |_| async {
+        Response::new(String::from("the report"))
+    })
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+
+    let verify = bodies.verify.lock().unwrap().clone();
+    let settle = bodies.settle.lock().unwrap().clone();
+    assert_eq!((verify.len(), settle.len()), (1, 1));
+    // The same bytes, written once: the settle call shares the verify
+    // call's buffer.
+    assert_eq!(verify[0], settle[0]);
+    assert_eq!(verify[0].as_ptr(), settle[0].as_ptr());
+    // And they are the request's JSON.
+    let body: serde_json::Value = serde_json::from_slice(&verify[0]).unwrap();
+    assert_eq!(body["x402Version"], 2);
+    assert_eq!(
+        body["paymentRequirements"],
+        serde_json::to_value(&challenge.accepts[0]).unwrap()
+    );
+    // The engine did not fall back to the unprepared calls.
+    assert_eq!(*bodies.unprepared.lock().unwrap(), 0);
+}
+
+#[tokio::test]
+async fn verify_and_settle_are_sent_one_body() {
+    let bodies = Arc::new(Bodies::default());
+    pay_through(bodies.clone(), &bodies).await;
+}
+
+#[tokio::test]
+async fn a_failover_and_a_router_hand_their_members_the_prepared_body() {
+    let bodies = Arc::new(Bodies::default());
+    let failover = FailoverFacilitator::builder()
+        .member("only", bodies.clone())
+        .build()
+        .unwrap();
+    pay_through(failover, &bodies).await;
+
+    let bodies = Arc::new(Bodies::default());
+    pay_through(FacilitatorRouter::new().fallback(bodies.clone()), &bodies).await;
+}
