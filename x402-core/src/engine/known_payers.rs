@@ -111,8 +111,8 @@ type Set = [Slot; WAYS];
 #[derive(Debug)]
 pub(crate) struct KnownPayers {
     shards: Box<[Mutex<[Set; SETS]>; SHARDS]>,
-    /// Drawn at random per table, so that which payers share a slot is not
-    /// known outside the process. A payer pushed out of its slot is only
+    /// Drawn at random per table, so that which payers share a set is not
+    /// known outside the process. A payer pushed out of its set is only
     /// checked in full again.
     seed: u64,
 }
