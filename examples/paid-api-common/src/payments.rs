@@ -20,9 +20,7 @@ use x402_core::{
     Engine, Facilitator, Offer, Route,
 };
 
-use crate::{
-    config_error, is_loopback, state::SharedState, AppState, Config, Error, FacilitatorConfig,
-};
+use crate::{config_error, is_loopback, AppState, Config, Error, FacilitatorConfig, SharedState};
 
 /// The `upto` route's ceiling, in atomic units of the asset.
 pub const UPTO_CEILING: u64 = 2_000;

@@ -39,12 +39,6 @@ pub struct SharedState {
     pub(crate) batch_claimer: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
-impl AppState {
-    pub(crate) fn new(shared: SharedState) -> Self {
-        Self(Arc::new(shared))
-    }
-}
-
 impl std::ops::Deref for AppState {
     type Target = SharedState;
 
@@ -54,6 +48,10 @@ impl std::ops::Deref for AppState {
 }
 
 impl AppState {
+    pub(crate) fn new(shared: SharedState) -> Self {
+        Self(Arc::new(shared))
+    }
+
     /// The dev ledger, when the server runs on one.
     pub fn dev_ledger(&self) -> Option<&Arc<DevLedger>> {
         self.dev_ledger.as_ref()
