@@ -1,4 +1,4 @@
-//! The in-memory claim store's table: open addressing over 20-byte slots
+//! The in-memory claim store's table: open addressing over 12-byte slots
 //! (a key digest and an expiry), split into shards.
 //!
 //! Why not a `HashMap`: a `hashbrown` table doubles, so right after it grows
@@ -8,18 +8,18 @@
 //! slots are 58 % to 88 % used, and a shard is rebuilt alone, so the
 //! moment of growth costs one shard's table, not the whole store's.
 //!
-//! The digest is two keyed 64-bit hashes, uniformly distributed, so its
-//! bytes are used as they are: bytes 0..8 (the first hash) place a key in
-//! its shard's table, byte 15 (of the second) picks the shard.
+//! The digest is a keyed 64-bit hash, uniformly distributed, so its bits
+//! are used as they are: the low byte picks the shard, the high bits place
+//! a key in its shard's table (see `Table::home`).
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::Claimed;
 use crate::swept::{MIN_SWEEP_LEN, SWEEP_EVERY_SECS};
 
-/// What a claim is stored under: a 128-bit keyed digest of its key (see
-/// `memory::Digester`).
-pub(super) type Digest = [u8; 16];
+/// What a claim is stored under: a 64-bit keyed digest of its key (see
+/// `memory::Digester`), as bytes so that a slot has no padding.
+pub(super) type Digest = [u8; 8];
 
 /// When a claim ends, in whole Unix seconds; 0 marks an empty slot (a real
 /// claim is stored with at least 1, which has long passed).
@@ -31,7 +31,7 @@ pub(super) const SHARDS: usize = 16;
 /// The smallest table a shard allocates.
 const MIN_SLOTS: usize = 16;
 
-/// One claim: 20 bytes, no padding.
+/// One claim: 12 bytes, no padding.
 #[derive(Debug, Clone, Copy, Default)]
 struct Slot {
     digest: Digest,
@@ -48,7 +48,7 @@ pub(super) struct Shards([Mutex<Table>; SHARDS]);
 impl Shards {
     /// The shard that holds `digest`.
     pub(super) fn of(&self, digest: &Digest) -> MutexGuard<'_, Table> {
-        lock(&self.0[usize::from(digest[15]) % SHARDS])
+        lock(&self.0[usize::from(digest[0]) % SHARDS])
     }
 
     /// Every shard, in turn (each locked only while `f` looks at it).
@@ -188,10 +188,10 @@ impl Table {
 
     /// Where a probe for `digest` starts.
     fn home(&self, digest: &Digest) -> usize {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(&digest[..8]);
-        let hash = u64::from_le_bytes(word);
-        // The high half of hash × slots: a uniform index without a modulo.
+        let hash = u64::from_le_bytes(*digest);
+        // The high half of hash × slots: a uniform index without a modulo,
+        // set by the high bits (the low byte is the shard's, the same for
+        // every key in it).
         ((u128::from(hash) * self.slots.len() as u128) >> 64) as usize
     }
 
@@ -242,14 +242,14 @@ mod tests {
 
     fn digest(n: u64) -> Digest {
         let hash = alloy_primitives::keccak256(n.to_le_bytes());
-        let mut d = [0u8; 16];
-        d.copy_from_slice(&hash[..16]);
+        let mut d = [0u8; 8];
+        d.copy_from_slice(&hash[..8]);
         d
     }
 
     #[test]
-    fn a_slot_is_20_bytes() {
-        assert_eq!(SLOT_BYTES, 20);
+    fn a_slot_is_12_bytes() {
+        assert_eq!(SLOT_BYTES, 12);
     }
 
     #[test]
