@@ -295,7 +295,7 @@ async fn dev_request_shape_refusals() {
     )| {
         let mut request = request_v2(DEV_TOKEN, &payload);
         if let (PaymentRequirements::V2(r), PaymentPayload::V2(p)) = (
-            &mut request.payment_requirements,
+            std::sync::Arc::make_mut(&mut request.payment_requirements),
             &mut request.payment_payload,
         ) {
             f(r, p);
@@ -543,7 +543,7 @@ async fn upstream_spec_vector_verifies_with_its_clock() {
     let payer = payload.authorization.from;
     let mut request = request_v2(DEV_TOKEN, &payload);
     if let (PaymentRequirements::V2(r), PaymentPayload::V2(p)) = (
-        &mut request.payment_requirements,
+        std::sync::Arc::make_mut(&mut request.payment_requirements),
         &mut request.payment_payload,
     ) {
         r.amount = 10_000u64.into();

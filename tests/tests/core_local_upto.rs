@@ -722,7 +722,7 @@ async fn request_shape_refusals() {
     let with = |f: &dyn Fn(&mut v2::PaymentRequirements, &mut v2::PaymentPayload)| {
         let mut request = request(&accepted, &payload, CEILING);
         if let (PaymentRequirements::V2(r), PaymentPayload::V2(p)) = (
-            &mut request.payment_requirements,
+            std::sync::Arc::make_mut(&mut request.payment_requirements),
             &mut request.payment_payload,
         ) {
             f(r, p);

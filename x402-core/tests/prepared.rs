@@ -1,5 +1,6 @@
 //! The engine writes a facilitator request's body once: `/verify` and
-//! `/settle` are sent the same bytes (`PreparedRequest`).
+//! `/settle` are sent the same bytes (`PreparedRequest`); and the payments
+//! of one offer share its requirement instead of copying it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -11,7 +12,8 @@ use http::{Request, Response, StatusCode};
 use x402_core::{
     facilitator::{FacilitatorError, FacilitatorRouter, FailoverFacilitator},
     proto::{
-        FacilitatorRequest, PreparedRequest, SettleResponse, SupportedResponse, VerifyResponse,
+        FacilitatorRequest, PaymentRequirements, PreparedRequest, SettleResponse,
+        SupportedResponse, VerifyResponse,
     },
     testing::{self, StandIn},
     Engine, Facilitator, Offer, Route,
@@ -25,6 +27,8 @@ struct Bodies {
     verify: Mutex<Vec<Bytes>>,
     settle: Mutex<Vec<Bytes>>,
     unprepared: Mutex<usize>,
+    /// The requirement of every call, verify and settle, in order.
+    requirements: Mutex<Vec<Arc<PaymentRequirements>>>,
 }
 
 impl Default for Bodies {
@@ -35,6 +39,7 @@ impl Default for Bodies {
             verify: Mutex::default(),
             settle: Mutex::default(),
             unprepared: Mutex::default(),
+            requirements: Mutex::default(),
         }
     }
 }
@@ -62,6 +67,10 @@ impl Facilitator for Bodies {
         request: &PreparedRequest,
     ) -> Result<VerifyResponse, FacilitatorError> {
         self.verify.lock().unwrap().push(request.body().unwrap());
+        self.requirements
+            .lock()
+            .unwrap()
+            .push(request.payment_requirements.clone());
         self.stand_in.verify(request).await
     }
 
@@ -70,6 +79,10 @@ impl Facilitator for Bodies {
         request: &PreparedRequest,
     ) -> Result<SettleResponse, FacilitatorError> {
         self.settle.lock().unwrap().push(request.body().unwrap());
+        self.requirements
+            .lock()
+            .unwrap()
+            .push(request.payment_requirements.clone());
         self.stand_in.settle(request).await
     }
 
@@ -132,4 +145,40 @@ async fn a_failover_and_a_router_hand_their_members_the_prepared_body() {
 
     let bodies = Arc::new(Bodies::default());
     pay_through(FacilitatorRouter::new().fallback(bodies.clone()), &bodies).await;
+}
+
+#[tokio::test]
+async fn the_payments_of_one_offer_share_its_requirement() {
+    let bodies = Arc::new(Bodies::default());
+    let engine = Engine::builder(bodies.clone())
+        .route(Route::get("/report").offer(Offer::exact(NETWORK, "$0.001", testing::PAY_TO)))
+        .build()
+        .unwrap();
+    let challenge = testing::challenge(&engine, Request::get("/report").body(()).unwrap()).await;
+    for _ in 0..3 {
+        // A new payment each time (a fresh nonce).
+        let request = Request::get("/report")
+            .header("payment-signature", testing::payment(&challenge.accepts[0]))
+            .body(String::new())
+            .unwrap();
+        let response = testing::serve(&engine, request, |_| async {
+            Response::new(String::from("the report"))
+        })
+        .await;
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let requirements = bodies.requirements.lock().unwrap().clone();
+    // Three verify and three settle calls, all handed the one requirement.
+    assert_eq!(requirements.len(), 6);
+    assert!(
+        requirements
+            .iter()
+            .all(|r| Arc::ptr_eq(r, &requirements[0])),
+        "a requirement was copied"
+    );
+    // The offer's own, as the challenge advertised it.
+    let PaymentRequirements::V2(shared) = &*requirements[0] else {
+        panic!("a version 2 requirement")
+    };
+    assert_eq!(shared, &challenge.accepts[0]);
 }

@@ -166,7 +166,7 @@ impl Claimer {
                 extensions: None,
                 other: JsonObject::new(),
             }),
-            payment_requirements: PaymentRequirements::V2(requirements),
+            payment_requirements: Arc::new(PaymentRequirements::V2(requirements)),
         }
     }
 
@@ -322,7 +322,7 @@ impl Claimer {
             },
         });
         let mut request = self.request(payload);
-        if let PaymentRequirements::V2(r) = &mut request.payment_requirements {
+        if let PaymentRequirements::V2(r) = Arc::make_mut(&mut request.payment_requirements) {
             r.extra.insert(
                 "receiverAuthorizer".into(),
                 json!(record.channel_config.receiver_authorizer),

@@ -274,13 +274,13 @@ impl Engine {
 
         // The facilitator always gets the server's own requirement.
         let requirements = match version {
-            X402Version::V2 => PaymentRequirements::V2((*offer.requirements).clone()),
+            X402Version::V2 => offer.wire(),
             X402Version::V1 => match crate::challenge::v1_row(
                 &offer.requirements,
                 &resource,
                 route.output_schema.as_ref(),
             ) {
-                Some(row) => PaymentRequirements::V1(row),
+                Some(row) => Arc::new(PaymentRequirements::V1(row)),
                 None => return refuse(Refusal::NoMatchingRequirements, Some(version), None),
             },
         };

@@ -528,7 +528,8 @@ impl Settlement {
         // Boxed when charged: this future is boxed itself.
         let charged = charge.map(|charge| {
             let mut request = state.request.request().clone();
-            request.payment_requirements = request.payment_requirements.with_amount(charge);
+            request.payment_requirements =
+                Arc::new(request.payment_requirements.with_amount(charge));
             Box::new(PreparedRequest::new(request))
         });
         let settle_request: &PreparedRequest = charged.as_deref().unwrap_or(&state.request);

@@ -8,7 +8,7 @@ use crate::{
     money::PriceError,
     network::{self, Family, TransferMethod},
     payment::SharedStr,
-    proto::{v2, JsonObject, SupportedResponse, X402Version},
+    proto::{v2, JsonObject, PaymentRequirements, SupportedResponse, X402Version},
     route::{Offer, SettlementTiming, EXACT, UPTO},
 };
 
@@ -68,6 +68,9 @@ pub(crate) struct ResolvedOffer {
     /// The requirement's names, shared with the payments that match it:
     /// made by the first one (see [`names`](Self::names)).
     names: OnceLock<OfferNames>,
+    /// The requirement as the facilitator gets it, shared the same way (see
+    /// [`wire`](Self::wire)).
+    wire: OnceLock<Arc<PaymentRequirements>>,
 }
 
 impl ResolvedOffer {
@@ -77,6 +80,16 @@ impl ResolvedOffer {
     pub(crate) fn names(&self) -> &OfferNames {
         self.names
             .get_or_init(|| OfferNames::of(&self.requirements))
+    }
+
+    /// The version 2 requirement of a facilitator request, copied once,
+    /// when a payment first matched this offer (as [`names`](Self::names)),
+    /// and shared by every request after: a copy per payment was about ten
+    /// allocations.
+    pub(crate) fn wire(&self) -> Arc<PaymentRequirements> {
+        self.wire
+            .get_or_init(|| Arc::new(PaymentRequirements::V2((*self.requirements).clone())))
+            .clone()
     }
 }
 
@@ -196,6 +209,7 @@ pub(crate) fn resolve_offer(
         }),
         decimals,
         names: OnceLock::new(),
+        wire: OnceLock::new(),
     })
 }
 

@@ -332,22 +332,28 @@ impl Serialize for PaymentRequirements {
 
 /// The body of a facilitator's `POST /verify` and `POST /settle`.
 ///
-/// The requirement is always in the payment's own version shape.
+/// The requirement is always in the payment's own version shape. It is
+/// shared (an [`Arc`](std::sync::Arc)): the engine hands every payment of an
+/// offer the same requirement instead of a copy; change one with
+/// [`Arc::make_mut`](std::sync::Arc::make_mut), which copies it if it is
+/// shared.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FacilitatorRequest {
     /// The buyer's payment, exactly as it was sent.
     pub payment_payload: PaymentPayload,
     /// The seller's requirement the payment was matched to.
-    pub payment_requirements: PaymentRequirements,
+    pub payment_requirements: std::sync::Arc<PaymentRequirements>,
 }
 
 impl FacilitatorRequest {
-    /// Pairs a payment with a requirement; `None` when their versions differ.
+    /// Pairs a payment with a requirement (owned or shared); `None` when
+    /// their versions differ.
     pub fn new(
         payment_payload: PaymentPayload,
-        payment_requirements: PaymentRequirements,
+        payment_requirements: impl Into<std::sync::Arc<PaymentRequirements>>,
     ) -> Option<Self> {
-        match (&payment_payload, &payment_requirements) {
+        let payment_requirements = payment_requirements.into();
+        match (&payment_payload, &*payment_requirements) {
             (PaymentPayload::V1(_), PaymentRequirements::V1(_))
             | (PaymentPayload::V2(_), PaymentRequirements::V2(_)) => Some(Self {
                 payment_payload,
@@ -402,7 +408,7 @@ impl<'de> Deserialize<'de> for FacilitatorRequest {
         };
         Ok(Self {
             payment_payload,
-            payment_requirements,
+            payment_requirements: std::sync::Arc::new(payment_requirements),
         })
     }
 }
@@ -468,17 +474,26 @@ impl PreparedRequest {
         if let Some(body) = self.body.get() {
             return Ok(body.clone());
         }
-        let body = json_body(&self.request)?;
+        let mut body = json_vec(&self.request)?;
+        // A prepared body lives until the settlement ends, the handler's
+        // run included: it keeps what it uses, not the room it was written
+        // in.
+        body.shrink_to_fit();
+        let body = bytes::Bytes::from(body);
         Ok(self.body.get_or_init(|| body).clone())
     }
 }
 
 /// `request`'s JSON body.
 pub(crate) fn json_body(request: &FacilitatorRequest) -> Result<bytes::Bytes, serde_json::Error> {
+    json_vec(request).map(bytes::Bytes::from)
+}
+
+fn json_vec(request: &FacilitatorRequest) -> Result<Vec<u8>, serde_json::Error> {
     // Sized for a typical request: no regrowth.
     let mut out = Vec::with_capacity(REQUEST_BODY_CAPACITY);
     serde_json::to_writer(&mut out, request)?;
-    Ok(bytes::Bytes::from(out))
+    Ok(out)
 }
 
 /// The initial room for a `/verify` or `/settle` body (an EIP-3009 payment

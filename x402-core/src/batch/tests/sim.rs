@@ -64,7 +64,7 @@ impl SimChain {
     }
 
     fn check(&self, request: &FacilitatorRequest) -> Result<(BatchPayload, Chan), String> {
-        let crate::proto::PaymentRequirements::V2(req) = &request.payment_requirements else {
+        let crate::proto::PaymentRequirements::V2(req) = &*request.payment_requirements else {
             return Err("v1".into());
         };
         let payload =
