@@ -182,3 +182,36 @@ async fn the_payments_of_one_offer_share_its_requirement() {
     };
     assert_eq!(shared, &challenge.accepts[0]);
 }
+
+#[tokio::test]
+async fn a_settle_first_route_hands_the_facilitator_its_upfront_requirement() {
+    let bodies = Arc::new(Bodies::default());
+    let engine = Engine::builder(bodies.clone())
+        .route(
+            Route::get("/report")
+                .offer(Offer::exact(NETWORK, "$0.001", testing::PAY_TO))
+                .settle_before_handler(),
+        )
+        .build()
+        .unwrap();
+    let challenge = testing::challenge(&engine, Request::get("/report").body(()).unwrap()).await;
+    assert_eq!(challenge.accepts[0].extra["paymentFlow"], "upfront");
+    let request = Request::get("/report")
+        .header("payment-signature", testing::payment(&challenge.accepts[0]))
+        .body(String::new())
+        .unwrap();
+    let response = testing::serve(&engine, request, |_| async {
+        Response::new(String::from("the report"))
+    })
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let requirements = bodies.requirements.lock().unwrap().clone();
+    assert_eq!(requirements.len(), 2);
+    for sent in &requirements {
+        let PaymentRequirements::V2(sent) = &**sent else {
+            panic!("a version 2 requirement")
+        };
+        // The requirement the challenge advertised, flow included.
+        assert_eq!(sent, &challenge.accepts[0]);
+    }
+}

@@ -69,7 +69,7 @@ pub(crate) struct ResolvedOffer {
     /// made by the first one (see [`names`](Self::names)).
     names: OnceLock<OfferNames>,
     /// The requirement as the facilitator gets it, shared the same way (see
-    /// [`wire`](Self::wire)).
+    /// [`wire`](Self::wire)); reset by whatever changes `requirements`.
     wire: OnceLock<Arc<PaymentRequirements>>,
 }
 
@@ -232,6 +232,8 @@ pub(crate) fn announce_flow(mut offer: ResolvedOffer, timing: SettlementTiming) 
         Arc::make_mut(&mut offer.requirements)
             .extra
             .insert(PAYMENT_FLOW.into(), Value::String("upfront".into()));
+        // A facilitator's copy made before would say otherwise.
+        offer.wire = OnceLock::new();
     }
     offer
 }

@@ -485,6 +485,7 @@ impl PreparedRequest {
 }
 
 /// `request`'s JSON body.
+#[cfg(feature = "http-facilitator")]
 pub(crate) fn json_body(request: &FacilitatorRequest) -> Result<bytes::Bytes, serde_json::Error> {
     json_vec(request).map(bytes::Bytes::from)
 }
