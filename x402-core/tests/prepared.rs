@@ -12,8 +12,8 @@ use http::{Request, Response, StatusCode};
 use x402_core::{
     facilitator::{FacilitatorError, FacilitatorRouter, FailoverFacilitator},
     proto::{
-        FacilitatorRequest, PaymentRequirements, PreparedRequest, SettleResponse,
-        SupportedResponse, VerifyResponse,
+        v2::PaymentRequired, FacilitatorRequest, PaymentRequirements, PreparedRequest,
+        SettleResponse, SupportedResponse, VerifyResponse,
     },
     testing::{self, StandIn},
     Engine, Facilitator, Offer, Route,
@@ -44,6 +44,17 @@ impl Default for Bodies {
     }
 }
 
+impl Bodies {
+    /// Keeps a prepared call's body in `bodies`, and its requirement.
+    fn record(&self, bodies: &Mutex<Vec<Bytes>>, request: &PreparedRequest) {
+        bodies.lock().unwrap().push(request.body().unwrap());
+        self.requirements
+            .lock()
+            .unwrap()
+            .push(request.payment_requirements.clone());
+    }
+}
+
 #[async_trait]
 impl Facilitator for Bodies {
     async fn verify(
@@ -66,11 +77,7 @@ impl Facilitator for Bodies {
         &self,
         request: &PreparedRequest,
     ) -> Result<VerifyResponse, FacilitatorError> {
-        self.verify.lock().unwrap().push(request.body().unwrap());
-        self.requirements
-            .lock()
-            .unwrap()
-            .push(request.payment_requirements.clone());
+        self.record(&self.verify, request);
         self.stand_in.verify(request).await
     }
 
@@ -78,11 +85,7 @@ impl Facilitator for Bodies {
         &self,
         request: &PreparedRequest,
     ) -> Result<SettleResponse, FacilitatorError> {
-        self.settle.lock().unwrap().push(request.body().unwrap());
-        self.requirements
-            .lock()
-            .unwrap()
-            .push(request.payment_requirements.clone());
+        self.record(&self.settle, request);
         self.stand_in.settle(request).await
     }
 
@@ -91,24 +94,40 @@ impl Facilitator for Bodies {
     }
 }
 
-/// One paid request through an engine whose facilitator is `facilitator`,
-/// and what `bodies` (inside it) was handed.
-async fn pay_through(facilitator: impl Facilitator, bodies: &Bodies) {
-    let engine = Engine::builder(facilitator)
-        .route(Route::get("/report").offer(Offer::exact(NETWORK, "$0.001", testing::PAY_TO)))
-        .build()
-        .unwrap();
+/// `GET /report`, paid `exact` on [`NETWORK`].
+fn report() -> Route {
+    Route::get("/report").offer(Offer::exact(NETWORK, "$0.001", testing::PAY_TO))
+}
+
+/// An engine with `route` through `facilitator`, and the challenge of its
+/// `GET /report`.
+async fn engine_and_challenge(
+    facilitator: impl Facilitator,
+    route: Route,
+) -> (Engine, PaymentRequired) {
+    let engine = Engine::builder(facilitator).route(route).build().unwrap();
     let challenge = testing::challenge(&engine, Request::get("/report").body(()).unwrap()).await;
-    let payment = testing::payment(&challenge.accepts[0]);
+    (engine, challenge)
+}
+
+/// One new payment of `challenge`'s first requirement, served.
+async fn pay_once(engine: &Engine, challenge: &PaymentRequired) {
     let request = Request::get("/report")
-        .header("payment-signature", payment)
+        .header("payment-signature", testing::payment(&challenge.accepts[0]))
         .body(String::new())
         .unwrap();
-    let response = testing::serve(&engine, request, |_| async {
+    let response = testing::serve(engine, request, |_| async {
         Response::new(String::from("the report"))
     })
     .await;
     assert_eq!(response.status(), StatusCode::OK);
+}
+
+/// One paid request through an engine whose facilitator is `facilitator`,
+/// and what `bodies` (inside it) was handed.
+async fn pay_through(facilitator: impl Facilitator, bodies: &Bodies) {
+    let (engine, challenge) = engine_and_challenge(facilitator, report()).await;
+    pay_once(&engine, &challenge).await;
 
     let verify = bodies.verify.lock().unwrap().clone();
     let settle = bodies.settle.lock().unwrap().clone();
@@ -150,22 +169,9 @@ async fn a_failover_and_a_router_hand_their_members_the_prepared_body() {
 #[tokio::test]
 async fn the_payments_of_one_offer_share_its_requirement() {
     let bodies = Arc::new(Bodies::default());
-    let engine = Engine::builder(bodies.clone())
-        .route(Route::get("/report").offer(Offer::exact(NETWORK, "$0.001", testing::PAY_TO)))
-        .build()
-        .unwrap();
-    let challenge = testing::challenge(&engine, Request::get("/report").body(()).unwrap()).await;
+    let (engine, challenge) = engine_and_challenge(bodies.clone(), report()).await;
     for _ in 0..3 {
-        // A new payment each time (a fresh nonce).
-        let request = Request::get("/report")
-            .header("payment-signature", testing::payment(&challenge.accepts[0]))
-            .body(String::new())
-            .unwrap();
-        let response = testing::serve(&engine, request, |_| async {
-            Response::new(String::from("the report"))
-        })
-        .await;
-        assert_eq!(response.status(), StatusCode::OK);
+        pay_once(&engine, &challenge).await;
     }
     let requirements = bodies.requirements.lock().unwrap().clone();
     // Three verify and three settle calls, all handed the one requirement.
@@ -186,25 +192,10 @@ async fn the_payments_of_one_offer_share_its_requirement() {
 #[tokio::test]
 async fn a_settle_first_route_hands_the_facilitator_its_upfront_requirement() {
     let bodies = Arc::new(Bodies::default());
-    let engine = Engine::builder(bodies.clone())
-        .route(
-            Route::get("/report")
-                .offer(Offer::exact(NETWORK, "$0.001", testing::PAY_TO))
-                .settle_before_handler(),
-        )
-        .build()
-        .unwrap();
-    let challenge = testing::challenge(&engine, Request::get("/report").body(()).unwrap()).await;
+    let (engine, challenge) =
+        engine_and_challenge(bodies.clone(), report().settle_before_handler()).await;
     assert_eq!(challenge.accepts[0].extra["paymentFlow"], "upfront");
-    let request = Request::get("/report")
-        .header("payment-signature", testing::payment(&challenge.accepts[0]))
-        .body(String::new())
-        .unwrap();
-    let response = testing::serve(&engine, request, |_| async {
-        Response::new(String::from("the report"))
-    })
-    .await;
-    assert_eq!(response.status(), StatusCode::OK);
+    pay_once(&engine, &challenge).await;
     let requirements = bodies.requirements.lock().unwrap().clone();
     assert_eq!(requirements.len(), 2);
     for sent in &requirements {
