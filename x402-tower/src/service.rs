@@ -4,7 +4,7 @@ use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 use x402_core::{
-    engine::{Decision, Guard, Now, PaidRequest, Reply},
+    engine::{Decision, Guard, Now, Reply},
     route::RequestView,
     Engine, VerifiedPayment,
 };
@@ -72,7 +72,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
         // Unprotected requests and ready-made 402s are decided here, with no
         // clone of the inner service and no boxed future.
         let read = self.read_dispatch;
@@ -95,22 +95,32 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let guard = self.guard.clone();
 
+        // Boxed, within 1 032 bytes (x402-core's `BoxedDecision` says
+        // why): the decision ends with its statement, and the request is
+        // not rebound.
         ResponseFuture::engine(async move {
             let paid = match step {
-                Ok(paid) => paid,
+                Ok(paid) => Some(paid),
                 Err(pending) => match pending.decide(view(&request, read)).await {
-                    Decision::Pass => {
-                        passed(&guard, &request, read);
-                        let response = inner.call(request).await?;
-                        return Ok(response.map(PaywallBody::stream));
-                    }
+                    Decision::Pass => None,
                     Decision::Respond(response) => return Ok(response.map(PaywallBody::full)),
-                    Decision::Paid(paid) => paid,
+                    Decision::Paid(paid) => Some(paid),
                 },
             };
-            // Boxed apart: the paid flow's state is large, and the 402
-            // and pass-through paths should not allocate room for it.
-            Box::pin(serve_paid(paid, inner, request)).await
+            let Some(paid) = paid else {
+                passed(&guard, &request, read);
+                let response = inner.call(request).await?;
+                return Ok(response.map(PaywallBody::stream));
+            };
+            // The handler runs with the payment in its extensions; the
+            // engine then settles and finishes the response, boxed apart:
+            // its state is large, and the paths that decide without a
+            // payment should not carry room for it.
+            request.extensions_mut().insert(paid.payment().clone());
+            let response = inner.call(request).await;
+            Box::pin(paid.finish(response))
+                .await
+                .map(Reply::into_response)
         })
     }
 }
@@ -140,21 +150,4 @@ fn view<B>(request: &Request<B>, read: ReadDispatch) -> RequestView<'_> {
         .route_template(dispatch.route_template)
         .paid_upstream(request.extensions().get::<VerifiedPayment>())
         .peer(dispatch.peer)
-}
-
-/// A verified payment or redeemed session call: the handler runs with the
-/// payment in its extensions, and the engine finishes the request.
-async fn serve_paid<S, ReqBody, ResBody>(
-    paid: Box<PaidRequest>,
-    mut inner: S,
-    mut request: Request<ReqBody>,
-) -> Result<Response<PaywallBody<ResBody>>, S::Error>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-    ResBody: Body,
-    ResBody::Error: std::fmt::Display,
-{
-    request.extensions_mut().insert(paid.payment().clone());
-    let response = inner.call(request).await;
-    paid.finish(response).await.map(Reply::into_response)
 }

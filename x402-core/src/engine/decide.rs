@@ -2,6 +2,15 @@
 
 use super::*;
 
+/// What a payment is offered for: the resource and the route's extensions
+/// as enriched for this request. Boxed down the payment steps, whose
+/// futures would otherwise each hold a copy (a parameter of an `async fn`
+/// keeps its slot for the whole call).
+pub(super) struct Offered {
+    resource: v2::ResourceInfo,
+    enriched: Option<JsonObject>,
+}
+
 impl Engine {
     /// The waiting part of [`process`](Self::process), for a request to
     /// `compiled` that [`challenge_now`](Self::challenge_now) could not
@@ -10,7 +19,7 @@ impl Engine {
         &self,
         compiled: &Arc<CompiledRoute>,
         request: RequestView<'_>,
-    ) -> Decision {
+    ) -> BoxedDecision {
         let route = &compiled.route;
 
         let ctx = RequestContext {
@@ -20,7 +29,7 @@ impl Engine {
         for hook in self.inner.hooks.at(HookSteps::PROTECTED_REQUEST) {
             match hook.on_protected_request(&ctx).await {
                 Ok(ProtectedRequest::Continue) => {}
-                Ok(ProtectedRequest::GrantAccess) => return Decision::Pass,
+                Ok(ProtectedRequest::GrantAccess) => return Decision::Pass.into(),
                 Ok(ProtectedRequest::Refuse { status, reason }) => {
                     return Decision::Respond(response::refusal_response(
                         &Refusal::Forbidden { status, reason },
@@ -28,8 +37,9 @@ impl Engine {
                         None,
                         None,
                     ))
+                    .into()
                 }
-                Err(e) => return Decision::Respond(hook_error_response(&e)),
+                Err(e) => return Decision::Respond(hook_error_response(&e)).into(),
             }
         }
 
@@ -46,10 +56,11 @@ impl Engine {
         };
         let resolved = match offers {
             Ok(Some(resolved)) => resolved,
-            Ok(None) => return Decision::Pass,
+            Ok(None) => return Decision::Pass.into(),
             Err(refusal) => {
                 crate::metrics::refusal(route.pattern(), &refusal);
-                return Decision::Respond(response::refusal_response(&refusal, None, None, None));
+                return Decision::Respond(response::refusal_response(&refusal, None, None, None))
+                    .into();
             }
         };
 
@@ -68,12 +79,13 @@ impl Engine {
             .and(request.headers.get(crate::siwx::SIGN_IN_WITH_X_HEADER))
         {
             match Box::pin(self.sign_in(compiled, &resolved, &request, proof)).await {
-                Ok(paid) => return Decision::Paid(paid),
+                Ok(paid) => return Decision::Paid(paid).into(),
                 Err(refusal @ Refusal::Unavailable { .. }) => {
                     crate::metrics::refusal(route.pattern(), &refusal);
                     return Decision::Respond(response::refusal_response(
                         &refusal, None, None, None,
-                    ));
+                    ))
+                    .into();
                 }
                 Err(refusal) => sign_in_refusal = Some(refusal),
             }
@@ -85,7 +97,7 @@ impl Engine {
             (resolved.scope(), request.headers.get(X_PAYMENT_SESSION))
         {
             match Box::pin(self.redeem(compiled, &resolved, scope, token)).await {
-                Ok(paid) => return Decision::Paid(paid),
+                Ok(paid) => return Decision::Paid(paid).into(),
                 Err(Refusal::Unavailable {
                     reason,
                     retry_after,
@@ -97,7 +109,8 @@ impl Engine {
                     crate::metrics::refusal(route.pattern(), &refusal);
                     return Decision::Respond(response::refusal_response(
                         &refusal, None, None, None,
-                    ));
+                    ))
+                    .into();
                 }
                 // A buyer that also sent a payment pays instead.
                 Err(refusal) => session_refusal = Some(refusal),
@@ -110,7 +123,7 @@ impl Engine {
         if header.is_none() && session_refusal.is_none() {
             let url = RequestUrl::of(&self.inner.origin, &request);
             if let Some(response) = ready_challenge(compiled, &resolved, &request, url) {
-                return Decision::Respond(response);
+                return Decision::Respond(response).into();
             }
         }
         let resource = match &resolved.fixed {
@@ -134,7 +147,8 @@ impl Engine {
                     Some(&parts),
                     None,
                     None,
-                ));
+                ))
+                .into();
             }
             compiled.series.payment_required();
             let encoded = if enriched.is_some() {
@@ -151,18 +165,21 @@ impl Engine {
                     None,
                     None,
                     None,
-                ));
+                ))
+                .into();
             };
             if response::is_browser(request.headers) {
                 return Decision::Respond(response::paywall_response(
                     &parts,
                     &encoded,
                     &*self.inner.paywall,
-                ));
+                ))
+                .into();
             }
-            return Decision::Respond(response::challenge_response(&encoded));
+            return Decision::Respond(response::challenge_response(&encoded)).into();
         };
-        Box::pin(self.pay(compiled, resolved, resource, enriched, header)).await
+        let offered = Box::new(Offered { resource, enriched });
+        Box::pin(self.pay(compiled, resolved, offered, header)).await
     }
 
     /// The payment half of [`process`](Self::process), boxed there to keep
@@ -172,22 +189,14 @@ impl Engine {
         &self,
         compiled: &Arc<CompiledRoute>,
         resolved: Arc<Resolved>,
-        resource: v2::ResourceInfo,
-        enriched: Option<JsonObject>,
+        offered: Box<Offered>,
         header: &HeaderValue,
-    ) -> Decision {
+    ) -> BoxedDecision {
         // A payment id reserved and not handed to the paid request (it was
         // refused) is released before the answer goes out.
         let mut identifier = None;
         let decision = self
-            .pay_with(
-                compiled,
-                resolved,
-                resource,
-                enriched,
-                header,
-                &mut identifier,
-            )
+            .pay_with(compiled, resolved, offered, header, &mut identifier)
             .await;
         if let Some(held) = identifier {
             // Boxed: only refused payments that carried an id get here.
@@ -200,24 +209,23 @@ impl Engine {
         &self,
         compiled: &Arc<CompiledRoute>,
         resolved: Arc<Resolved>,
-        resource: v2::ResourceInfo,
-        enriched: Option<JsonObject>,
+        offered: Box<Offered>,
         header: &HeaderValue,
-        identifier: &mut Option<crate::payment_id::flow::Held>,
-    ) -> Decision {
+        identifier: &mut Option<Box<crate::payment_id::flow::Held>>,
+    ) -> BoxedDecision {
         let route = &compiled.route;
-        let mut parts = self.parts(route, &resource, &resolved);
-        if let Some(extensions) = &enriched {
+        let mut parts = self.parts(route, &offered.resource, &resolved);
+        if let Some(extensions) = &offered.enriched {
             parts.extensions = extensions;
         }
         let refuse = |refusal: Refusal, version: Option<X402Version>, payer: Option<&str>| {
             crate::metrics::refusal(route.pattern(), &refusal);
-            Decision::Respond(response::refusal_response(
+            BoxedDecision::from(Decision::Respond(response::refusal_response(
                 &refusal,
                 Some(&parts),
                 version,
                 payer,
-            ))
+            )))
         };
 
         // Boxed, like the facilitator request below: this future is itself
@@ -247,7 +255,7 @@ impl Engine {
             .await
             {
                 Ok(held) => held,
-                Err(response) => return Decision::Respond(response),
+                Err(response) => return Decision::Respond(response).into(),
             };
         }
 
@@ -260,12 +268,13 @@ impl Engine {
             return Box::pin(self.pay_batch(
                 compiled,
                 resolved.clone(),
-                resource.clone(),
-                enriched.clone(),
+                offered.resource.clone(),
+                offered.enriched.clone(),
                 *payload,
                 offer,
             ))
-            .await;
+            .await
+            .into();
         }
         if !matching::transfer_method_matches(&offer.requirements, payload.payload()) {
             tracing::debug!("x402: payment's transfer method is not the one offered");
@@ -277,7 +286,7 @@ impl Engine {
             X402Version::V2 => offer.wire(),
             X402Version::V1 => match crate::challenge::v1_row(
                 &offer.requirements,
-                &resource,
+                &offered.resource,
                 route.output_schema.as_ref(),
             ) {
                 Some(row) => Arc::new(PaymentRequirements::V1(row)),
@@ -399,7 +408,8 @@ impl Engine {
         if let Some(held) = identifier {
             held.set_lifetime(&request_body, &network);
         }
-        Decision::Paid(Box::new(PaidRequest {
+        let Offered { resource, enriched } = *offered;
+        BoxedDecision::Paid(Box::new(PaidRequest {
             engine: self.clone(),
             route: compiled.clone(),
             payment: Arc::new(payment),

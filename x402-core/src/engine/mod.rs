@@ -183,6 +183,44 @@ pub enum Decision {
     Paid(Box<PaidRequest>),
 }
 
+/// A [`Decision`] with its response boxed (16 bytes, not 144): what the
+/// engine's waiting steps hand each other, since a future keeps room for
+/// the value it awaits while it awaits. Only refusals, rare on the paid
+/// path, pay for the box.
+///
+/// The futures the paid path boxes per request (the adapter's, the payment
+/// half of `process_route`, the settlement, the facilitator's exchange) are
+/// kept at most 1 032 bytes: the largest block glibc's allocator serves from
+/// the thread's own cache. Larger blocks come from the arena's shared bins,
+/// under its lock, which the runtime's worker threads then contend for
+/// (BENCHMARKS.md, "Paid-path futures under 1 KiB"). Hence the boxes and
+/// the borrowed, not owned, arguments along that path.
+pub(crate) enum BoxedDecision {
+    Pass,
+    Respond(Box<EngineResponse>),
+    Paid(Box<PaidRequest>),
+}
+
+impl From<Decision> for BoxedDecision {
+    fn from(decision: Decision) -> Self {
+        match decision {
+            Decision::Pass => Self::Pass,
+            Decision::Respond(response) => Self::Respond(Box::new(response)),
+            Decision::Paid(paid) => Self::Paid(paid),
+        }
+    }
+}
+
+impl From<BoxedDecision> for Decision {
+    fn from(decided: BoxedDecision) -> Self {
+        match decided {
+            BoxedDecision::Pass => Self::Pass,
+            BoxedDecision::Respond(response) => Self::Respond(*response),
+            BoxedDecision::Paid(paid) => Self::Paid(paid),
+        }
+    }
+}
+
 impl Engine {
     /// The facilitator.
     pub fn facilitator(&self) -> &Arc<dyn Facilitator> {

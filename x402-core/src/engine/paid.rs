@@ -18,6 +18,7 @@ use super::{
 };
 use crate::unix::now as unix_now;
 use crate::{
+    facilitator::FacilitatorError,
     hooks::{
         BeforeSettle, CancelReason, HookSteps, PaymentContext, SessionOpenFailed, SessionOpened,
     },
@@ -57,7 +58,7 @@ pub struct PaidRequest {
     pub(super) payment: Arc<VerifiedPayment>,
     pub(super) finished: bool,
     /// The payment id this request reserved ([`crate::payment_id`]).
-    pub(super) identifier: Option<crate::payment_id::flow::Held>,
+    pub(super) identifier: Option<Box<crate::payment_id::flow::Held>>,
     pub(super) kind: Kind,
 }
 
@@ -231,7 +232,15 @@ impl PaidRequest {
     /// handler reported); if settlement is refused or its outcome is unknown,
     /// the handler's response is replaced. `Settlement-Overrides` is always
     /// removed from `headers`.
-    pub async fn complete(mut self, status: StatusCode, headers: &mut HeaderMap) -> Completion {
+    ///
+    /// Takes the request boxed, as [`Decision::Paid`](super::Decision::Paid)
+    /// hands it over: the settlement's future then holds a pointer, not the
+    /// request.
+    pub async fn complete(
+        mut self: Box<Self>,
+        status: StatusCode,
+        headers: &mut HeaderMap,
+    ) -> Completion {
         let overrides = headers.remove(meter::SETTLEMENT_OVERRIDES);
         match &mut self.kind {
             Kind::Settled(receipt) => {
@@ -417,12 +426,21 @@ impl PaidRequest {
         // The payment id is recorded (or released) by the settlement's task,
         // whatever the client's connection does meanwhile.
         let identifier = self.identifier.take();
+        // The result is returned as it comes, not held here: this future
+        // stays within 1 032 bytes (see `BoxedDecision`).
         let work = async move {
-            let result = settlement.run().await;
-            if let Some(held) = identifier {
-                Box::pin(held.settled(&result)).await;
+            match identifier {
+                None => settlement.run().await,
+                // Boxed: few routes declare payment ids.
+                Some(held) => {
+                    Box::pin(async move {
+                        let result = settlement.run().await;
+                        held.settled(&result).await;
+                        result
+                    })
+                    .await
+                }
             }
-            result
         };
         // Boxed: its state is large, and session calls never get here.
         match self.engine.run_to_completion(Box::pin(work)).await {
@@ -495,6 +513,41 @@ struct Settlement {
 }
 
 impl Settlement {
+    /// The facilitator's settlement of `request` (retried while pending);
+    /// when it gives no outcome, the first settle-failure hook that vouches
+    /// for one supplies it.
+    async fn settle_call(
+        &self,
+        request: &PreparedRequest,
+        ctx: &PaymentContext<'_>,
+    ) -> Result<SettleResponse, FacilitatorError> {
+        let span = tracing::info_span!(
+            "x402.settle",
+            network = %self.state.network,
+            scheme = %request.payment_requirements.scheme(),
+            payer = self.payment.payer.as_deref(),
+        );
+        let error = match self
+            .engine
+            .settle_with_pending_retry(request)
+            .instrument(span)
+            .await
+        {
+            Ok(receipt) => return Ok(receipt),
+            Err(error) => error,
+        };
+        // Boxed: seldom reached.
+        Box::pin(async {
+            for hook in self.engine.inner.hooks.at(HookSteps::SETTLE_FAILURE) {
+                if let Some(receipt) = hook.on_settle_failure(ctx, &error).await {
+                    return Ok(receipt);
+                }
+            }
+            Err(error)
+        })
+        .await
+    }
+
     /// How long one write to the session store may take while settling: the
     /// engine's session deadline, at least 250 ms (the buyer already paid).
     fn session_write_deadline(&self) -> Duration {
@@ -521,7 +574,7 @@ impl Settlement {
         )
     }
 
-    async fn run(self) -> Result<HeaderMap, EngineResponse> {
+    async fn run(&self) -> Result<HeaderMap, EngineResponse> {
         let state = &self.state;
         let charge = self.charge;
         // The verified request as it is, or with the `upto` charge.
@@ -568,30 +621,9 @@ impl Settlement {
                 ..SettleResponse::default()
             })
         } else {
-            let span = tracing::info_span!(
-                "x402.settle",
-                network = %state.network,
-                scheme = %settle_request.payment_requirements.scheme(),
-                payer = self.payment.payer.as_deref(),
-            );
-            let answer = self
-                .engine
-                .settle_with_pending_retry(settle_request)
-                .instrument(span)
-                .await;
-            match answer {
-                Ok(r) => Ok(r),
-                Err(error) => {
-                    let mut recovered = None;
-                    for hook in hooks.at(HookSteps::SETTLE_FAILURE) {
-                        if let Some(r) = hook.on_settle_failure(&ctx, &error).await {
-                            recovered = Some(r);
-                            break;
-                        }
-                    }
-                    recovered.ok_or(error)
-                }
-            }
+            // Boxed apart: inline, it made this future (boxed itself, to
+            // outlive a hang-up) over 2 KiB (see `BoxedDecision`).
+            Box::pin(self.settle_call(settle_request, &ctx)).await
         };
         let mut receipt = match result {
             Ok(r) => r,

@@ -64,7 +64,7 @@ pub(crate) async fn begin(
     payload: &PaymentPayload,
     header: &HeaderValue,
     max_header_bytes: usize,
-) -> Result<Option<Held>, EngineResponse> {
+) -> Result<Option<Box<Held>>, EngineResponse> {
     let refuse = |status: StatusCode, reason: &'static str, retry: Option<Duration>| {
         crate::metrics::refusal(
             route.pattern(),
@@ -115,7 +115,7 @@ pub(crate) async fn begin(
     loop {
         match reserve(config, &key, &digest).await {
             Some(Reservation::Reserved) => {
-                return Ok(Some(Held {
+                return Ok(Some(Box::new(Held {
                     store: config.store.clone(),
                     key,
                     digest,
@@ -125,7 +125,7 @@ pub(crate) async fn begin(
                     head: None,
                     body: None,
                     done: false,
-                }))
+                })))
             }
             Some(Reservation::Stored(stored)) => {
                 tracing::debug!(

@@ -474,12 +474,10 @@ impl PreparedRequest {
         if let Some(body) = self.body.get() {
             return Ok(body.clone());
         }
-        let mut body = json_vec(&self.request)?;
         // A prepared body lives until the settlement ends, the handler's
-        // run included: it keeps what it uses, not the room it was written
-        // in.
-        body.shrink_to_fit();
-        let body = bytes::Bytes::from(body);
+        // run included: it holds what it uses, not the room it was written
+        // in (see `json_vec`).
+        let body = bytes::Bytes::from(json_vec(&self.request)?);
         Ok(self.body.get_or_init(|| body).clone())
     }
 }
@@ -490,16 +488,36 @@ pub(crate) fn json_body(request: &FacilitatorRequest) -> Result<bytes::Bytes, se
     json_vec(request).map(bytes::Bytes::from)
 }
 
+/// `request`'s JSON, in a vector of exactly its length: written into the
+/// thread's scratch buffer, then copied once. A fresh vector would be
+/// grown or over-reserved, and shrinking it reallocates; a body (1.3 to
+/// 2 kB) is larger than glibc's allocator serves from the thread's own
+/// cache, so each of those steps takes the arena's lock.
 fn json_vec(request: &FacilitatorRequest) -> Result<Vec<u8>, serde_json::Error> {
-    // Sized for a typical request: no regrowth.
-    let mut out = Vec::with_capacity(REQUEST_BODY_CAPACITY);
-    serde_json::to_writer(&mut out, request)?;
-    Ok(out)
+    SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+        Ok(mut scratch) => {
+            scratch.clear();
+            let written = serde_json::to_writer(&mut *scratch, request);
+            let out = written.map(|()| scratch.to_vec());
+            if scratch.capacity() > SCRATCH_KEPT {
+                // An unusually large request: its room is not kept.
+                *scratch = Vec::new();
+            }
+            out
+        }
+        // Not reached (serialising a request writes no other request);
+        // a fresh vector is as correct.
+        Err(_) => serde_json::to_vec(request),
+    })
 }
 
-/// The initial room for a `/verify` or `/settle` body (an EIP-3009 payment
-/// and its requirement take about 1.3 to 2 kB).
-const REQUEST_BODY_CAPACITY: usize = 4096;
+thread_local! {
+    /// Where [`json_vec`] writes, per thread.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The most room a thread's scratch buffer keeps between requests.
+const SCRATCH_KEPT: usize = 64 * 1024;
 
 impl std::ops::Deref for PreparedRequest {
     type Target = FacilitatorRequest;

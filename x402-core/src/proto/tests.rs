@@ -318,15 +318,22 @@ fn the_leading_version_shortcut_answers_as_the_full_peek() {
     }
 }
 
-#[test]
-fn a_prepared_request_writes_its_body_once() {
+/// The first v2 payment vector, and the requirement it accepted.
+fn v2_vector() -> (PaymentPayload, v2::PaymentRequirements) {
     let header = &headers("v2", "PAYMENT-SIGNATURE")[0];
     let payload =
         codec::decode_payment(header.as_bytes(), codec::DEFAULT_MAX_HEADER_BYTES).unwrap();
     let PaymentPayload::V2(p) = &payload else {
         panic!("a v2 vector")
     };
-    let requirements = PaymentRequirements::V2(p.accepted.clone());
+    let accepted = p.accepted.clone();
+    (payload, accepted)
+}
+
+#[test]
+fn a_prepared_request_writes_its_body_once() {
+    let (payload, accepted) = v2_vector();
+    let requirements = PaymentRequirements::V2(accepted);
     let request = FacilitatorRequest::new(payload, requirements).unwrap();
     let prepared = PreparedRequest::new(request.clone());
     let first = prepared.body().unwrap();
@@ -338,4 +345,28 @@ fn a_prepared_request_writes_its_body_once() {
     // It reads as the request.
     assert_eq!(*prepared, request);
     assert_eq!(prepared.into_request(), request);
+}
+
+/// Bodies are written through a per-thread scratch buffer: each is exactly
+/// its request's JSON, whatever was written before it on the thread, and a
+/// body larger than the buffer keeps does not leave its room behind.
+#[test]
+fn prepared_bodies_are_exact_whatever_came_before() {
+    let (payload, accepted) = v2_vector();
+    let small = FacilitatorRequest::new(payload.clone(), PaymentRequirements::V2(accepted.clone()))
+        .unwrap();
+    let mut large_requirement = accepted;
+    large_requirement
+        .extra
+        .insert("padding".into(), Value::String("x".repeat(100_000)));
+    let large =
+        FacilitatorRequest::new(payload, PaymentRequirements::V2(large_requirement)).unwrap();
+    for request in [&small, &large, &small, &large, &small] {
+        // Each request is prepared anew: a prepared body is written once.
+        let body = PreparedRequest::new(request.clone()).body().unwrap();
+        assert_eq!(body, serde_json::to_vec(request).unwrap());
+    }
+    // The scratch buffer kept no more than its cap after the large body.
+    let _ = PreparedRequest::new(large).body().unwrap();
+    SCRATCH.with(|scratch| assert!(scratch.borrow().capacity() <= SCRATCH_KEPT));
 }

@@ -180,21 +180,26 @@ impl Transport {
 
     /// Sends one request (`POST` with a JSON `body`, or `GET`) to `target`
     /// (a path and query) and reads the answer, up to `max` body bytes.
-    pub(crate) async fn call(
+    ///
+    /// The request is built before the future, which then holds it once
+    /// (an `async fn` would hold its arguments as well): the caller boxes
+    /// this future, within 1 032 bytes (see `engine::BoxedDecision`).
+    pub(crate) fn call(
         &self,
         target: &Uri,
         body: Option<Bytes>,
         extra_headers: Option<HeaderMap>,
         max: usize,
-    ) -> Result<Answer, TransportError> {
-        let mut request = Request::new(Full::new(body.clone().unwrap_or_default()));
+    ) -> impl Future<Output = Result<Answer, TransportError>> + Send + '_ {
+        let post = body.is_some();
+        let mut request = Request::new(Full::new(body.unwrap_or_default()));
         *request.uri_mut() = target.clone();
-        if body.is_some() {
+        if post {
             *request.method_mut() = Method::POST;
         }
         let headers = request.headers_mut();
         headers.clone_from(&self.headers);
-        if body.is_some() {
+        if post {
             headers.insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
@@ -205,31 +210,33 @@ impl Transport {
         }
 
         let mut request = Some(request);
-        // A pooled connection the server has closed refuses the request
-        // unsent; then the next one (or a fresh one) is tried.
-        loop {
-            let (mut connection, fresh) = match self.checkout() {
-                Some(connection) => (connection, false),
-                // Boxed: connecting (TCP, TLS) is rare and its future is
-                // most of this one's size, which every call would carry.
-                None => (Box::pin(self.connect()).await?, true),
-            };
-            let Some(message) = request.take() else {
-                return Err(TransportError::connect("no request to send"));
-            };
-            match exchange(&mut connection, message, max).await {
-                Ok(answer) => {
-                    self.checkin(connection);
-                    return Ok(answer);
-                }
-                Err(Failure::Unsent(message, error)) => {
-                    let message = *message;
-                    if fresh {
-                        return Err(TransportError::connect(error));
+        async move {
+            // A pooled connection the server has closed refuses the request
+            // unsent; then the next one (or a fresh one) is tried.
+            loop {
+                let (mut connection, fresh) = match self.checkout() {
+                    Some(connection) => (connection, false),
+                    // Boxed: connecting (TCP, TLS) is rare and its future is
+                    // most of this one's size, which every call would carry.
+                    None => (Box::pin(self.connect()).await?, true),
+                };
+                let Some(message) = request.take() else {
+                    return Err(TransportError::connect("no request to send"));
+                };
+                match exchange(&mut connection, message, max).await {
+                    Ok(answer) => {
+                        self.checkin(connection);
+                        return Ok(answer);
                     }
-                    request = Some(message);
+                    Err(Failure::Unsent(message, error)) => {
+                        let message = *message;
+                        if fresh {
+                            return Err(TransportError::connect(error));
+                        }
+                        request = Some(message);
+                    }
+                    Err(Failure::Failed(error)) => return Err(TransportError::exchange(error)),
                 }
-                Err(Failure::Failed(error)) => return Err(TransportError::exchange(error)),
             }
         }
     }
