@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Servers side by side: every server is started once, then each is loaded
+# in turn for a short slice, in alternating order, SLICES times over. Each
+# slice's throughput is divided by the first server's in the same turn, and
+# the median of those ratios is printed. On a shared machine whose speed
+# drifts from one second to the next, this compares servers more closely
+# than bench/run.sh's phases of several seconds each. Usage:
+#
+#   bash bench/interleaved.sh NAME=SPEC [NAME=SPEC...]
+#
+# SPEC is MODE[:VAR=VAL,VAR=VAL...][@BINDIR]:
+#   MODE     a bench-server mode (paid-http-floor, paid-api, ...), or
+#            `peer` for the x402-rs peer (built by bench/run.sh)
+#   VAR=VAL  extra environment for that server
+#   BINDIR   where its bench-server is (default: target/release), e.g. the
+#            target directory of an older commit's worktree, to compare
+#            builds
+#
+# Every server gets FACILITATOR_URL, a fake facilitator on loopback, unless
+# LOAD=session. Knobs (environment):
+#   LOAD=paid        loadgen mode: paid (GET /exact/evm/eip3009), batch
+#                    (GET /batch/evm) or session (GET /session/demo on
+#                    Redis at REDIS_URL, the in-process facilitator selling
+#                    the sessions)
+#   SLICES=10        turns
+#   SECONDS_PER=3    length of a slice, at most
+#   MAX=45000        requests per slice, at most
+#   CONNECTIONS=32
+#   REDIS_URL=redis://127.0.0.1:6379  (LOAD=session)
+#   PEER=target/peer/release/x402rs-peer
+#
+# Example (BENCHMARKS.md, "Paid-path futures under 1 KiB"):
+#   bash bench/interleaved.sh floor=paid-http-floor paid=paid-api peer=peer
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BIN="$ROOT/target/release"
+LOAD="${LOAD:-paid}"
+SLICES="${SLICES:-10}"
+SECONDS_PER="${SECONDS_PER:-3}"
+MAX="${MAX:-45000}"
+CONNECTIONS="${CONNECTIONS:-32}"
+REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
+PEER="${PEER:-$ROOT/target/peer/release/x402rs-peer}"
+case "$LOAD" in
+    paid) LOAD_ARGS=(--mode paid --path /exact/evm/eip3009 --max-requests "$MAX") ;;
+    batch) LOAD_ARGS=(--mode batch --path /batch/evm --max-requests "$MAX") ;;
+    session) LOAD_ARGS=(--mode session --path /session/demo --sessions 400) ;;
+    *) echo "LOAD is paid, batch or session (got $LOAD)" >&2; exit 2 ;;
+esac
+[ "$#" -ge 1 ] || { sed -n '2,31p' "$0" >&2; exit 2; }
+[ -x "$BIN/loadgen" ] && [ -x "$BIN/fake-facilitator" ] || {
+    echo "build first: cargo build --release -p x402-loadgen --bins" >&2; exit 1; }
+
+OUT="$(mktemp -d)"
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    rm -rf "$OUT"
+}
+trap cleanup EXIT
+
+listening() { # listening LOG PID: the address the process printed
+    for _ in $(seq 1 100); do
+        local addr
+        addr="$(sed -n 's|^listening on http://||p;T;q' "$1" 2>/dev/null || true)"
+        [ -n "$addr" ] && { echo "$addr"; return 0; }
+        kill -0 "$2" 2>/dev/null || break
+        sleep 0.1
+    done
+    cat "$1" >&2
+    return 1
+}
+
+FAC_ENV=()
+if [ "$LOAD" != session ]; then
+    env HOST=127.0.0.1 PORT=0 "$BIN/fake-facilitator" > "$OUT/fac.log" 2>&1 &
+    PIDS+=("$!")
+    FAC_ENV=(FACILITATOR_URL="http://$(listening "$OUT/fac.log" "$!")")
+else
+    FAC_ENV=(REDIS_URL="$REDIS_URL")
+fi
+
+NAMES=()
+declare -A ADDR PID LOADGEN
+for spec in "$@"; do
+    name="${spec%%=*}" rest="${spec#*=}" bin="$BIN"
+    if [[ "$rest" == *@* ]]; then bin="${rest#*@}"; rest="${rest%%@*}"; fi
+    mode="${rest%%:*}" extra=()
+    if [[ "$rest" == *:* ]]; then IFS=, read -r -a extra <<< "${rest#*:}"; fi
+    if [ "$mode" = peer ]; then
+        [ -x "$PEER" ] || { echo "no x402-rs peer at $PEER (bash bench/run.sh builds it)" >&2; exit 1; }
+        env PORT=0 "${FAC_ENV[@]}" "${extra[@]}" "$PEER" > "$OUT/$name.log" 2>&1 &
+    else
+        env -u REDIS_URL -u FACILITATOR_URL -u EVM_RPC_URL -u WEBHOOK_URL -u DEV_FUND \
+            HOST=127.0.0.1 PORT=0 BENCH_PAYERS=64 BENCH_SEED=1 "${FAC_ENV[@]}" "${extra[@]}" \
+            "$bin/bench-server" "$mode" > "$OUT/$name.log" 2>&1 &
+    fi
+    PID[$name]="$!"
+    PIDS+=("$!")
+    ADDR[$name]="$(listening "$OUT/$name.log" "$!")"
+    LOADGEN[$name]="$bin/loadgen"
+    [ -x "${LOADGEN[$name]}" ] || LOADGEN[$name]="$BIN/loadgen"
+    NAMES+=("$name")
+done
+
+for turn in $(seq 1 "$SLICES"); do
+    order=("${NAMES[@]}")
+    if [ $((turn % 2)) = 0 ]; then
+        order=()
+        for ((i = ${#NAMES[@]} - 1; i >= 0; i--)); do order+=("${NAMES[$i]}"); done
+    fi
+    for name in "${order[@]}"; do
+        # Seed 1 funds the payers on every dev ledger; nonces are random.
+        "${LOADGEN[$name]}" --addr "${ADDR[$name]}" --label "$name" \
+            --connections "$CONNECTIONS" --payers 64 --seed 1 --server-pid "${PID[$name]}" \
+            "${LOAD_ARGS[@]}" --duration "$SECONDS_PER" --expect 200 \
+            > "$OUT/$name-$turn.json" 2> "$OUT/$name-$turn.err" \
+            || { echo "loadgen against $name failed:" >&2; tail -n 3 "$OUT/$name-$turn.err" >&2; exit 1; }
+    done
+done
+
+python3 - "$OUT" "$SLICES" "${NAMES[@]}" <<'PY'
+import json, statistics, sys
+
+out, slices, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+def field(name, key):
+    return [json.load(open(f"{out}/{name}-{t}.json")).get(key) for t in range(1, slices + 1)]
+first = field(names[0], "rps")
+print(f"{slices} slices; each ratio is to {names[0]} in the same turn")
+for name in names:
+    rps = field(name, "rps")
+    ratios = [a / b for a, b in zip(rps, first)]
+    cpu = [c for c in field(name, "server_cpu_us_per_req") if c]
+    allocs = [a for a in field(name, "allocations_per_req") if a is not None]
+    print(f"{name:<12} req/s median {statistics.median(rps):8.0f}   ratio median "
+          f"{statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f})   "
+          f"server CPU/req median {statistics.median(cpu) if cpu else float('nan'):.1f} us   "
+          f"allocations/req {allocs[0] if allocs else float('nan')}")
+PY
