@@ -32,14 +32,8 @@ log() { echo "[callgrind-servers] $*" >&2; }
 command -v valgrind >/dev/null || { log "valgrind is not installed (apt-get install valgrind)"; exit 1; }
 [ "$LARGE" -gt "$SMALL" ] || { log "LARGE must exceed SMALL"; exit 1; }
 
-OUT="$(mktemp -d)"
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$OUT"
-}
-trap cleanup EXIT
+# OUT, PIDS, their cleanup on exit, and `listening`.
+source "$ROOT/bench/lib.sh"
 
 TARGET_DIR="$(cargo metadata --format-version 1 --no-deps 2>/dev/null \
     | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
@@ -58,16 +52,6 @@ if [ -z "$PEER" ] && [ "${SKIP_PEER:-0}" != 1 ] && [[ "$SERVERS" == *" http-peer
         log "the peer did not build: its row is skipped"
     fi
 fi
-
-listening() { # listening LOG: the address a server printed, waiting for it
-    local addr=""
-    for _ in $(seq 1 600); do
-        addr="$(sed -n 's|^listening on http://||p;T;q' "$1" 2>/dev/null || true)"
-        [ -n "$addr" ] && { echo "$addr"; return 0; }
-        sleep 0.1
-    done
-    return 1
-}
 
 env HOST=127.0.0.1 PORT=0 "$BIN/fake-facilitator" > "$OUT/ff.out" 2> "$OUT/ff.log" &
 PIDS+=("$!")

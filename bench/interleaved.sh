@@ -52,32 +52,17 @@ esac
 [ -x "$BIN/loadgen" ] && [ -x "$BIN/fake-facilitator" ] || {
     echo "build first: cargo build --release -p x402-loadgen --bins" >&2; exit 1; }
 
-OUT="$(mktemp -d)"
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$OUT"
-}
-trap cleanup EXIT
-
-listening() { # listening LOG PID: the address the process printed
-    for _ in $(seq 1 100); do
-        local addr
-        addr="$(sed -n 's|^listening on http://||p;T;q' "$1" 2>/dev/null || true)"
-        [ -n "$addr" ] && { echo "$addr"; return 0; }
-        kill -0 "$2" 2>/dev/null || break
-        sleep 0.1
-    done
-    cat "$1" >&2
-    return 1
+# OUT, PIDS, their cleanup on exit, and `listening`.
+source "$ROOT/bench/lib.sh"
+started() { # started LOG PID: the address, or the log and a failure
+    listening "$1" "$2" || { cat "$1" >&2; return 1; }
 }
 
 FAC_ENV=()
 if [ "$LOAD" != session ]; then
     env HOST=127.0.0.1 PORT=0 "$BIN/fake-facilitator" > "$OUT/fac.log" 2>&1 &
     PIDS+=("$!")
-    FAC_ENV=(FACILITATOR_URL="http://$(listening "$OUT/fac.log" "$!")")
+    FAC_ENV=(FACILITATOR_URL="http://$(started "$OUT/fac.log" "$!")")
 else
     FAC_ENV=(REDIS_URL="$REDIS_URL")
 fi
@@ -99,7 +84,7 @@ for spec in "$@"; do
     fi
     PID[$name]="$!"
     PIDS+=("$!")
-    ADDR[$name]="$(listening "$OUT/$name.log" "$!")"
+    ADDR[$name]="$(started "$OUT/$name.log" "$!")"
     LOADGEN[$name]="$bin/loadgen"
     [ -x "${LOADGEN[$name]}" ] || LOADGEN[$name]="$BIN/loadgen"
     NAMES+=("$name")

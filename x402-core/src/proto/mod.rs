@@ -476,25 +476,19 @@ impl PreparedRequest {
         }
         // A prepared body lives until the settlement ends, the handler's
         // run included: it holds what it uses, not the room it was written
-        // in (see `json_vec`).
-        let body = bytes::Bytes::from(json_vec(&self.request)?);
+        // in (see `json_body`).
+        let body = json_body(&self.request)?;
         Ok(self.body.get_or_init(|| body).clone())
     }
 }
 
-/// `request`'s JSON body.
-#[cfg(feature = "http-facilitator")]
-pub(crate) fn json_body(request: &FacilitatorRequest) -> Result<bytes::Bytes, serde_json::Error> {
-    json_vec(request).map(bytes::Bytes::from)
-}
-
-/// `request`'s JSON, in a vector of exactly its length: written into the
-/// thread's scratch buffer, then copied once. A fresh vector would be
+/// `request`'s JSON body, exactly its length: written into the thread's
+/// scratch buffer, then copied once. A fresh vector would be
 /// grown or over-reserved, and shrinking it reallocates; a body (1.3 to
 /// 2 kB) is larger than glibc's allocator serves from the thread's own
 /// cache, so each of those steps takes the arena's lock.
-fn json_vec(request: &FacilitatorRequest) -> Result<Vec<u8>, serde_json::Error> {
-    SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
+pub(crate) fn json_body(request: &FacilitatorRequest) -> Result<bytes::Bytes, serde_json::Error> {
+    let body = SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
         Ok(mut scratch) => {
             scratch.clear();
             let written = serde_json::to_writer(&mut *scratch, request);
@@ -508,11 +502,12 @@ fn json_vec(request: &FacilitatorRequest) -> Result<Vec<u8>, serde_json::Error> 
         // Not reached (serialising a request writes no other request);
         // a fresh vector is as correct.
         Err(_) => serde_json::to_vec(request),
-    })
+    })?;
+    Ok(bytes::Bytes::from(body))
 }
 
 thread_local! {
-    /// Where [`json_vec`] writes, per thread.
+    /// Where [`json_body`] writes, per thread.
     static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
