@@ -6,6 +6,7 @@ use alloy_primitives::{keccak256, B256};
 use alloy_signer_local::PrivateKeySigner;
 
 pub mod batch;
+pub mod counting;
 
 /// What any seller builds from a payment header before calling a
 /// facilitator, with no engine: the header decoded and paired with the

@@ -75,17 +75,17 @@ use x402_core::session::{
     Redemption, RedisSessionStore, SessionRecord, SessionStore, SessionToken,
     X_PAYMENT_SESSION_REMAINING,
 };
-use x402_loadgen::{env_or, payer, stop_signal, ALLOCATIONS_PATH, LISTENING};
+use x402_loadgen::{counting::Counting, env_or, payer, stop_signal, ALLOCATIONS_PATH, LISTENING};
 
 #[global_allocator]
-static ALLOCATOR: &stats_alloc::StatsAlloc<std::alloc::System> = &stats_alloc::INSTRUMENTED_SYSTEM;
+static ALLOCATOR: Counting = Counting;
 
 /// `GET /__bench/allocations`: `{"allocations": N, "bytes": N}` so far.
 async fn allocations() -> Json<Value> {
-    let stats = ALLOCATOR.stats();
+    let counts = ALLOCATOR.counts();
     Json(serde_json::json!({
-        "allocations": stats.allocations + stats.reallocations,
-        "bytes": stats.bytes_allocated,
+        "allocations": counts.allocations,
+        "bytes": counts.bytes,
     }))
 }
 
