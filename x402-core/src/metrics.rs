@@ -293,6 +293,9 @@ mod enabled {
         pub(super) redeemed: ::metrics::Counter,
         pub(super) verify_seconds: ::metrics::Histogram,
         pub(super) settle_seconds: ::metrics::Histogram,
+        /// The `x402_amount_settled_total` handle of the first total this
+        /// engine recorded, with that total's place (see [`amount`]).
+        amount: OnceLock<(usize, ::metrics::Counter)>,
     }
 
     impl Hot {
@@ -317,6 +320,7 @@ mod enabled {
                 redeemed: counter(SESSIONS_REDEEMED_TOTAL, &[]),
                 verify_seconds: histogram("verify"),
                 settle_seconds: histogram("settle"),
+                amount: OnceLock::new(),
             }
         }
 
@@ -341,7 +345,7 @@ mod enabled {
     type Totals = RwLock<Vec<Total>>;
 
     /// `f` of the total of `(network, asset)`, made if it is the first.
-    fn with_total<T>(network: &str, asset: &str, f: impl FnOnce(&Total) -> T) -> T {
+    fn with_total<T>(network: &str, asset: &str, f: impl FnOnce(usize, &Total) -> T) -> T {
         static TOTALS: OnceLock<Totals> = OnceLock::new();
         let totals = TOTALS.get_or_init(Totals::default);
         let find = |totals: &[Total]| {
@@ -352,7 +356,7 @@ mod enabled {
         {
             let totals = totals.read().unwrap_or_else(PoisonError::into_inner);
             if let Some(at) = find(&totals) {
-                return f(&totals[at]);
+                return f(at, &totals[at]);
             }
         }
         let mut totals = totals.write().unwrap_or_else(PoisonError::into_inner);
@@ -372,14 +376,19 @@ mod enabled {
             });
             totals.len() - 1
         });
-        f(&totals[at])
+        f(at, &totals[at])
     }
 
-    pub(super) fn amount(network: &str, asset: &str, amount: AtomicAmount) {
+    /// Adds `amount` to the running total of `(network, asset)`. With
+    /// `hot`, an engine's handles (registered with the current recorder),
+    /// the series' handle is kept there for the first total it records:
+    /// registering per settlement hashed the key and, with the Prometheus
+    /// exporter, allocated a handle each time.
+    pub(super) fn amount(network: &str, asset: &str, amount: AtomicAmount, hot: Option<&Hot>) {
         static METADATA: ::metrics::Metadata<'static> =
             ::metrics::Metadata::new(module_path!(), ::metrics::Level::INFO, Some(module_path!()));
         let add = u64::try_from(amount.get()).unwrap_or(u64::MAX);
-        with_total(network, asset, |total| {
+        with_total(network, asset, |at, total| {
             let before = total
                 .units
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |units| {
@@ -389,8 +398,13 @@ mod enabled {
             // Exported as an absolute value; `metrics`' atomic counters keep
             // the highest one they are given, so racing settlements cannot
             // lower it.
-            ::metrics::with_recorder(|r| r.register_counter(&total.key, &METADATA))
-                .absolute(before.saturating_add(add));
+            let value = before.saturating_add(add);
+            let register =
+                || ::metrics::with_recorder(|r| r.register_counter(&total.key, &METADATA));
+            match hot.map(|hot| hot.amount.get_or_init(|| (at, register()))) {
+                Some((kept, counter)) if *kept == at => counter.absolute(value),
+                _ => register().absolute(value),
+            }
         });
     }
 
@@ -548,7 +562,7 @@ impl HotSeries {
         if let Some(r) = receipt.filter(|r| r.success) {
             if let Some(hot) = enabled::Hot::get(&self.cell) {
                 hot.settled.increment(1);
-                enabled::amount(network, asset, r.amount.unwrap_or(amount));
+                enabled::amount(network, asset, r.amount.unwrap_or(amount), Some(hot));
                 return;
             }
         }
@@ -645,7 +659,7 @@ pub(crate) fn settlement(
                 names::SETTLEMENTS_TOTAL,
                 &[("outcome", "success"), ("reason", "")],
             );
-            enabled::amount(network, asset, r.amount.unwrap_or(amount));
+            enabled::amount(network, asset, r.amount.unwrap_or(amount), None);
         }
         Some(r) => {
             let reason = r.error_reason.as_deref().unwrap_or("settlement_failed");

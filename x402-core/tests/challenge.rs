@@ -452,3 +452,71 @@ async fn a_trusted_proxy_names_the_origin() {
         assert_eq!(resource_url(&resp), expected);
     }
 }
+
+/// The resource a refused payment's 402 names is its own request's URL,
+/// whether the refusal comes at verification or at settlement, and
+/// whatever URL the payment before it was made to (the engine shares the
+/// resource between payments to one URL).
+#[tokio::test]
+async fn refused_payments_name_their_own_url() {
+    let facilitator = std::sync::Arc::new(StandIn::new());
+    let engine = Engine::builder_arc(facilitator.clone())
+        .route(Route::get("/r").offer(Offer::exact("eip155:84532", "$0.001", PAY_TO)))
+        .trust_proxy_headers()
+        .build()
+        .unwrap();
+    let urls = [
+        ("/r?x=1", "a.example", "http://a.example/r?x=1"),
+        ("/r?x=1", "a.example", "http://a.example/r?x=1"),
+        ("/r?x=2", "a.example", "http://a.example/r?x=2"),
+        ("/r?x=2", "b.example", "http://b.example/r?x=2"),
+        ("/r?x=1", "a.example", "http://a.example/r?x=1"),
+    ];
+    let pay = |uri: &'static str, host: &'static str| {
+        let engine = engine.clone();
+        async move {
+            let unpaid = parts(uri, &[("host", host)]);
+            let Decision::Respond(challenge) =
+                engine.process(RequestView::from_parts(&unpaid)).await
+            else {
+                panic!("expected a challenge");
+            };
+            let challenge: v2::PaymentRequired = codec::decode(
+                challenge.headers()[codec::PAYMENT_REQUIRED].as_bytes(),
+                1 << 16,
+            )
+            .unwrap();
+            let header = x402_core::testing::pay(&challenge);
+            let paid = parts(uri, &[("host", host), ("payment-signature", &header)]);
+            engine.process(RequestView::from_parts(&paid)).await
+        }
+    };
+
+    // Refused at verification.
+    facilitator.set_verify(VerifyAnswer::Invalid("insufficient_funds".into()));
+    for (uri, host, url) in urls {
+        let Decision::Respond(refused) = pay(uri, host).await else {
+            panic!("expected a refusal for {url}");
+        };
+        assert_eq!(refused.status(), 402);
+        assert_eq!(resource_url(&refused), url);
+    }
+
+    // Refused at settlement, after the handler.
+    facilitator.set_verify(VerifyAnswer::Valid);
+    facilitator.set_settle(SettleAnswer::Refused("insufficient_funds".into()));
+    for (uri, host, url) in urls {
+        let Decision::Paid(paid) = pay(uri, host).await else {
+            panic!("expected {url}'s payment to verify");
+        };
+        let x402_core::Completion::Replace(refused) = paid
+            .complete(http::StatusCode::OK, &mut http::HeaderMap::new())
+            .await
+        else {
+            panic!("expected {url}'s settlement to be refused");
+        };
+        assert_eq!(refused.status(), 402);
+        assert_eq!(resource_url(&refused), url);
+    }
+    facilitator.assert_calls(2 * urls.len(), urls.len());
+}

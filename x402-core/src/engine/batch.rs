@@ -24,7 +24,7 @@ pub(super) struct BatchCall {
     /// Whether this request made the channel's record (then releasing the
     /// hold deletes it).
     pub(super) created: bool,
-    pub(super) resource: v2::ResourceInfo,
+    pub(super) resource: Arc<v2::ResourceInfo>,
     pub(super) resolved: Arc<Resolved>,
     pub(super) extensions: Option<JsonObject>,
     pub(super) decimals: u8,
@@ -195,7 +195,7 @@ impl Engine {
         &self,
         compiled: &Arc<CompiledRoute>,
         resolved: Arc<Resolved>,
-        resource: v2::ResourceInfo,
+        resource: Arc<v2::ResourceInfo>,
         enriched: Option<JsonObject>,
         payment_payload: PaymentPayload,
         offer: ResolvedOffer,

@@ -7,7 +7,7 @@ use super::*;
 /// futures would otherwise each hold a copy (a parameter of an `async fn`
 /// keeps its slot for the whole call).
 pub(super) struct Offered {
-    resource: v2::ResourceInfo,
+    resource: Arc<v2::ResourceInfo>,
     enriched: Option<JsonObject>,
 }
 
@@ -126,10 +126,7 @@ impl Engine {
                 return Decision::Respond(response).into();
             }
         }
-        let resource = match &resolved.fixed {
-            Some((resource, _)) => resource.clone(),
-            None => resource_for(route, RequestUrl::of(&self.inner.origin, &request)),
-        };
+        let resource = resolved.resource(route, RequestUrl::of(&self.inner.origin, &request));
         let mut enriched = bazaar.then(|| enrich_bazaar(route, &request, &resolved.extensions));
         if let Some(siwx) = &route.sign_in_with_x {
             let extensions = enriched.get_or_insert_with(|| resolved.extensions.clone());

@@ -248,7 +248,11 @@ impl Engine {
     /// switch on the common path, where nobody hangs up. `None` if it
     /// panicked. Without a Tokio runtime it runs here and is stopped with
     /// its caller.
-    pub(super) async fn run_to_completion<F>(&self, work: F) -> Option<F::Output>
+    ///
+    /// `work` comes boxed: an `async fn` keeps room for its arguments for
+    /// its whole run, so a future passed by value would make this one as
+    /// large, and boxing it here as well would box it twice.
+    pub(super) async fn run_to_completion<F>(&self, work: Pin<Box<F>>) -> Option<F::Output>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
@@ -257,7 +261,7 @@ impl Engine {
             return Some(work.await);
         };
         let mut handoff = HandOff {
-            work: Some(Box::pin(work)),
+            work: Some(work),
             tracked: Some(Tracked::new(self)),
             runtime,
         };

@@ -81,7 +81,7 @@ pub(super) struct PaymentState {
     pub(super) request: Box<PreparedRequest>,
     pub(super) network: crate::payment::SharedStr,
     pub(super) timing: SettlementTiming,
-    pub(super) resource: v2::ResourceInfo,
+    pub(super) resource: Arc<v2::ResourceInfo>,
     pub(super) resolved: Arc<Resolved>,
     /// The route's extensions enriched for this request (bazaar routes).
     pub(super) extensions: Option<JsonObject>,

@@ -69,7 +69,11 @@ pub(super) struct Resolved {
     /// The route's extension declarations, plus `session` when it sells any.
     pub(super) extensions: JsonObject,
     /// The whole `payment_required` challenge, when the resource URL is fixed.
-    pub(super) fixed: Option<(v2::ResourceInfo, EncodedChallenge)>,
+    pub(super) fixed: Option<(Arc<v2::ResourceInfo>, EncodedChallenge)>,
+    /// The resource of the last payment made to a URL that is not fixed:
+    /// shared by the payments that follow to the same URL, which only need
+    /// it should they be refused.
+    pub(super) last_resource: std::sync::Mutex<Option<Arc<v2::ResourceInfo>>>,
     /// The last `payment_required` challenge encoded for a request URL:
     /// clients re-request the same URL, so the 402 path mostly skips the
     /// JSON and base64 work.
@@ -77,6 +81,29 @@ pub(super) struct Resolved {
 }
 
 impl Resolved {
+    /// The resource a payment to `url` is for: the route's fixed one, or
+    /// the last one built when `url` is the same (three strings fewer per
+    /// payment).
+    pub(super) fn resource(&self, route: &Route, url: RequestUrl<'_>) -> Arc<v2::ResourceInfo> {
+        if let Some((resource, _)) = &self.fixed {
+            return resource.clone();
+        }
+        // Poisoning is harmless here as in `payment_required`.
+        let lock = || {
+            self.last_resource
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if let Some(resource) = &*lock() {
+            if url.is(&resource.url) {
+                return resource.clone();
+            }
+        }
+        let resource = Arc::new(resource_for(route, url));
+        *lock() = Some(resource.clone());
+        resource
+    }
+
     /// The `payment_required` challenge for `parts`, reusing the last one
     /// encoded for the same resource URL.
     pub(super) fn payment_required(&self, parts: &ChallengeParts<'_>) -> Option<EncodedChallenge> {
@@ -191,7 +218,7 @@ pub(super) fn resolve_route(
             output_schema: route.output_schema.as_ref(),
         }
         .encode(Refusal::PaymentRequired.reason(), None)?;
-        Some((resource, encoded))
+        Some((Arc::new(resource), encoded))
     });
     Ok(Resolved {
         accepts,
@@ -200,6 +227,7 @@ pub(super) fn resolve_route(
         extensions,
         fixed,
         last: std::sync::Mutex::new(None),
+        last_resource: std::sync::Mutex::new(None),
     })
 }
 
