@@ -251,6 +251,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "http-floor",
         "paid-memory",
         "baseline",
+        // The peer counts with the same allocator (bench/peer-x402rs).
+        "http-peer",
     ] {
         if let Some((a, _)) = median_of(path, &|v| f(v, "allocations_per_req")) {
             writeln!(
