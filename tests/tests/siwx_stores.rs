@@ -64,10 +64,18 @@ async fn suite(store: RedisSignInStore) {
     assert!(store.has_access("/items/{id}", "0xab", t).await.unwrap());
     assert!(!store.has_access("/items/{sku}", "0xab", t).await.unwrap());
 
-    // A record forgets itself at its expiry.
-    store.record_access("/short", "0xab", t + 1).await.unwrap();
-    assert!(store.has_access("/short", "0xab", t).await.unwrap());
-    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    // A record forgets itself at its expiry. The expiry is two seconds
+    // from a fresh reading of the clock: `t` may be most of a second old by
+    // now, and a record expiring at `t + 1` could be gone before the first
+    // check. Recorded before `short + 1`, it lives at least a second; the
+    // sleep ends after `short + 2`.
+    let short = now();
+    store
+        .record_access("/short", "0xab", short + 2)
+        .await
+        .unwrap();
+    assert!(store.has_access("/short", "0xab", short).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(3_100)).await;
     assert!(!store.has_access("/short", "0xab", now()).await.unwrap());
 
     // A nonce is used once, by exactly one of many concurrent requests.
