@@ -139,39 +139,3 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-
-    use super::*;
-
-    #[global_allocator]
-    static COUNTING: Counting = Counting;
-
-    /// Every thread's allocations are counted, those of the threads past
-    /// the last owned stripe included (they share one).
-    #[test]
-    fn counts_every_thread() {
-        const THREADS: usize = STRIPES + 8;
-        const EACH: u64 = 1_000;
-        let before = COUNTING.counts();
-        let threads: Vec<_> = (0..THREADS)
-            .map(|_| {
-                std::thread::spawn(|| {
-                    for i in 0..EACH {
-                        std::hint::black_box(Box::new([i; 4]));
-                    }
-                })
-            })
-            .collect();
-        for thread in threads {
-            thread.join().unwrap();
-        }
-        let after = COUNTING.counts();
-        // Other tests may allocate meanwhile: at least these are counted.
-        let threads = THREADS as u64;
-        assert!(after.allocations - before.allocations >= threads * EACH);
-        assert!(after.bytes - before.bytes >= threads * EACH * 32);
-    }
-}
