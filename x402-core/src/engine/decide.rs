@@ -154,7 +154,7 @@ impl Engine {
             } else if let Some((_, encoded)) = &resolved.fixed {
                 Some(encoded.clone())
             } else {
-                resolved.payment_required(&parts)
+                resolved.payment_required(&parts, &resource)
             };
             let Some(encoded) = encoded else {
                 return Decision::Respond(response::refusal_response(

@@ -70,58 +70,71 @@ pub(super) struct Resolved {
     pub(super) extensions: JsonObject,
     /// The whole `payment_required` challenge, when the resource URL is fixed.
     pub(super) fixed: Option<(Arc<v2::ResourceInfo>, EncodedChallenge)>,
-    /// The resource of the last payment made to a URL that is not fixed:
-    /// shared by the payments that follow to the same URL, which only need
-    /// it should they be refused.
-    pub(super) last_resource: std::sync::Mutex<Option<Arc<v2::ResourceInfo>>>,
-    /// The last `payment_required` challenge encoded for a request URL:
-    /// clients re-request the same URL, so the 402 path mostly skips the
-    /// JSON and base64 work.
-    pub(super) last: std::sync::Mutex<Option<(String, EncodedChallenge)>>,
+    /// What was last built for a request URL, when the route's URL is not
+    /// fixed: clients re-request the same URL, so payments share its
+    /// resource and the 402 path mostly skips the JSON and base64 work.
+    pub(super) last: std::sync::Mutex<Option<LastUrl>>,
+}
+
+/// The resource built for one request URL, and its challenge once one was
+/// encoded.
+#[derive(Debug)]
+pub(super) struct LastUrl {
+    resource: Arc<v2::ResourceInfo>,
+    challenge: Option<EncodedChallenge>,
 }
 
 impl Resolved {
-    /// The resource a payment to `url` is for: the route's fixed one, or
+    /// The last URL's entry. A poisoned lock only means a panic elsewhere
+    /// mid-update of an entry that is replaced whole or filled in one
+    /// assignment; the cache is still sound to use.
+    fn last(&self) -> std::sync::MutexGuard<'_, Option<LastUrl>> {
+        self.last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The resource a request to `url` is for: the route's fixed one, or
     /// the last one built when `url` is the same (three strings fewer per
-    /// payment).
+    /// payment; a payment only reads it should it be refused).
     pub(super) fn resource(&self, route: &Route, url: RequestUrl<'_>) -> Arc<v2::ResourceInfo> {
         if let Some((resource, _)) = &self.fixed {
             return resource.clone();
         }
-        // Poisoning is harmless here as in `payment_required`.
-        let lock = || {
-            self.last_resource
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-        };
-        if let Some(resource) = &*lock() {
-            if url.is(&resource.url) {
-                return resource.clone();
+        if let Some(last) = &*self.last() {
+            if url.is(&last.resource.url) {
+                return last.resource.clone();
             }
         }
         let resource = Arc::new(resource_for(route, url));
-        *lock() = Some(resource.clone());
+        *self.last() = Some(LastUrl {
+            resource: resource.clone(),
+            challenge: None,
+        });
         resource
     }
 
-    /// The `payment_required` challenge for `parts`, reusing the last one
-    /// encoded for the same resource URL.
-    pub(super) fn payment_required(&self, parts: &ChallengeParts<'_>) -> Option<EncodedChallenge> {
-        let url = &parts.resource.url;
-        // A poisoned lock only means a panic elsewhere mid-update of a cache
-        // entry that is replaced whole; the cache is still sound to use.
-        let lock = || {
-            self.last
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-        };
-        if let Some((cached_url, encoded)) = &*lock() {
-            if cached_url == url {
+    /// The `payment_required` challenge for `parts`, whose resource is
+    /// `resource`, reusing the last one encoded for the same resource URL.
+    pub(super) fn payment_required(
+        &self,
+        parts: &ChallengeParts<'_>,
+        resource: &Arc<v2::ResourceInfo>,
+    ) -> Option<EncodedChallenge> {
+        if let Some(LastUrl {
+            resource: cached,
+            challenge: Some(encoded),
+        }) = &*self.last()
+        {
+            if cached.url == resource.url {
                 return Some(encoded.clone());
             }
         }
         let encoded = parts.encode(Refusal::PaymentRequired.reason(), None)?;
-        *lock() = Some((url.clone(), encoded.clone()));
+        *self.last() = Some(LastUrl {
+            resource: resource.clone(),
+            challenge: Some(encoded.clone()),
+        });
         Some(encoded)
     }
 
@@ -129,14 +142,11 @@ impl Resolved {
     /// for that URL: the common case of a client re-requesting a route,
     /// answered without building the URL.
     pub(super) fn cached_challenge_response(&self, url: &RequestUrl<'_>) -> Option<EngineResponse> {
-        let last = self
-            .last
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match &*last {
-            Some((cached_url, encoded)) if url.is(cached_url) => {
-                Some(response::challenge_response(encoded))
-            }
+        match &*self.last() {
+            Some(LastUrl {
+                resource,
+                challenge: Some(encoded),
+            }) if url.is(&resource.url) => Some(response::challenge_response(encoded)),
             _ => None,
         }
     }
@@ -227,7 +237,6 @@ pub(super) fn resolve_route(
         extensions,
         fixed,
         last: std::sync::Mutex::new(None),
-        last_resource: std::sync::Mutex::new(None),
     })
 }
 
