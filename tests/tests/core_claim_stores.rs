@@ -304,12 +304,7 @@ impl Payment {
     }
 
     fn ctx_on<'a>(&'a self, route: &'a str) -> PaymentContext<'a> {
-        PaymentContext {
-            route,
-            payload: &self.payload,
-            requirements: &self.requirements,
-            network: self.network,
-        }
+        PaymentContext::new(route, &self.payload, &self.requirements, self.network)
     }
 
     fn key(&self) -> String {

@@ -50,7 +50,7 @@
 //! }
 //! ```
 
-use std::{error::Error as StdError, time::Duration};
+use std::{error::Error as StdError, fmt, time::Duration};
 
 mod steps;
 pub use steps::HookSteps;
@@ -59,8 +59,9 @@ use async_trait::async_trait;
 use http::StatusCode;
 
 use crate::{
+    evm::EvmPayload,
     facilitator::FacilitatorError,
-    proto::{PaymentPayload, PaymentRequirements, SettleResponse, VerifyResponse},
+    proto::{PaymentPayload, PaymentRequirements, PreparedRequest, SettleResponse, VerifyResponse},
     route::RequestView,
 };
 
@@ -74,7 +75,11 @@ pub struct RequestContext<'a> {
 }
 
 /// A payment being processed, for the hooks after the payment was read.
+///
+/// The engine makes these; to call hooks yourself (from another flow, or
+/// in a hook's tests), make one with [`PaymentContext::new`].
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct PaymentContext<'a> {
     /// The matched route's pattern.
     pub route: &'a str,
@@ -85,6 +90,78 @@ pub struct PaymentContext<'a> {
     pub requirements: &'a PaymentRequirements,
     /// The network as a CAIP-2 id, whatever the version.
     pub network: &'a str,
+    /// The engine's facilitator request holding `payload` and
+    /// `requirements`, when the engine made this context: what it has
+    /// parsed of the payment is read from there, not parsed again.
+    prepared: Prepared<'a>,
+}
+
+impl<'a> PaymentContext<'a> {
+    /// The context of `payload`, paid against `requirements` on `network`
+    /// (CAIP-2) at the route whose pattern is `route`.
+    ///
+    /// ```
+    /// use x402_core::hooks::PaymentContext;
+    /// use x402_core::proto::{PaymentPayload, PaymentRequirements};
+    ///
+    /// fn context<'a>(
+    ///     payload: &'a PaymentPayload,
+    ///     requirements: &'a PaymentRequirements,
+    /// ) -> PaymentContext<'a> {
+    ///     PaymentContext::new("/weather", payload, requirements, "eip155:8453")
+    /// }
+    /// ```
+    pub fn new(
+        route: &'a str,
+        payload: &'a PaymentPayload,
+        requirements: &'a PaymentRequirements,
+        network: &'a str,
+    ) -> Self {
+        Self {
+            route,
+            payload,
+            requirements,
+            network,
+            prepared: Prepared(None),
+        }
+    }
+
+    /// The context of the engine's `request` (its payment and requirement).
+    pub(crate) fn of_request(
+        route: &'a str,
+        request: &'a PreparedRequest,
+        network: &'a str,
+    ) -> Self {
+        Self {
+            route,
+            payload: &request.payment_payload,
+            requirements: &request.payment_requirements,
+            network,
+            prepared: Prepared(Some(request)),
+        }
+    }
+
+    /// The payment's `payload` as an EVM payment when the engine has read it
+    /// already: `Some(None)` when it is not one, `None` when this context
+    /// has no such reading (read it yourself). A copy of an engine's
+    /// context whose `payload` was changed has none.
+    pub(crate) fn evm_payload(&self) -> Option<Option<&'a EvmPayload>> {
+        self.prepared
+            .0
+            .filter(|request| std::ptr::eq(self.payload, &request.payment_payload))
+            .map(PreparedRequest::evm_payload)
+    }
+}
+
+/// A context's engine request; its `Debug` leaves it out (the context shows
+/// its payment and requirement already).
+#[derive(Clone, Copy)]
+struct Prepared<'a>(Option<&'a PreparedRequest>);
+
+impl fmt::Debug for Prepared<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() { "Some(..)" } else { "None" })
+    }
 }
 
 /// The answer of [`PaymentHooks::on_protected_request`].

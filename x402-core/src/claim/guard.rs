@@ -211,6 +211,7 @@ impl ReplayGuard {
             ctx.network,
             std::time::SystemTime::now(),
             self.digest_fallback,
+            ctx.evm_payload(),
         )
     }
 

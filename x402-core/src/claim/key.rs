@@ -147,17 +147,20 @@ pub fn claim_key_at(
     network_caip2: &str,
     now: SystemTime,
 ) -> Result<ClaimKey, ClaimKeyError> {
-    derive(payload, requirements, network_caip2, now, true)
+    derive(payload, requirements, network_caip2, now, true, None)
 }
 
 /// [`claim_key_at`], with the digest fallback on or off: off, the payments
-/// it would key are [`ClaimKeyError::Unsupported`].
+/// it would key are [`ClaimKeyError::Unsupported`]. `read` is `payload`'s
+/// `payload` as an EVM payment when it was read already (`Some(None)`: it
+/// is not one).
 pub(crate) fn derive(
     payload: &PaymentPayload,
     requirements: &PaymentRequirements,
     network_caip2: &str,
     now: SystemTime,
     digest_fallback: bool,
+    read: Option<Option<&EvmPayload>>,
 ) -> Result<ClaimKey, ClaimKeyError> {
     let now_secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let timeout = requirements.max_timeout_seconds();
@@ -176,13 +179,23 @@ pub(crate) fn derive(
     // `None`: valid "forever" (beyond u64 seconds).
     let (key, valid_until): (String, Option<u64>) = match network::family(network_caip2) {
         Family::Evm => {
-            let evm = match EvmPayload::from_value(payload.payload()) {
-                Ok(evm) => evm,
-                // A shape this crate does not know (a new transfer method).
-                Err(EvmPayloadError::MissingAuthorization) => return finish(digest()?, now_secs),
-                Err(e) => return Err(ClaimKeyError::InvalidEvmPayload(e)),
+            let parsed;
+            let evm = match read {
+                Some(Some(evm)) => evm,
+                // Not read yet, or not an EVM payment: read here, for why.
+                Some(None) | None => match EvmPayload::from_value(payload.payload()) {
+                    Ok(evm) => {
+                        parsed = evm;
+                        &parsed
+                    }
+                    // A shape this crate does not know (a new transfer method).
+                    Err(EvmPayloadError::MissingAuthorization) => {
+                        return finish(digest()?, now_secs)
+                    }
+                    Err(e) => return Err(ClaimKeyError::InvalidEvmPayload(e)),
+                },
             };
-            match &evm {
+            match evm {
                 EvmPayload::Eip3009(p) => {
                     let asset: Address = requirements.asset().parse().map_err(|_| {
                         ClaimKeyError::InvalidAsset(requirements.asset().to_owned())

@@ -6,7 +6,7 @@ use base64::{engine::general_purpose::STANDARD, Engine as _};
 use serde_json::{json, Value};
 
 use super::*;
-use crate::proto::{PaymentPayload, PaymentRequirements};
+use crate::proto::{FacilitatorRequest, PaymentPayload, PaymentRequirements, PreparedRequest};
 
 const NETWORK: &str = "eip155:84532";
 const ASSET: &str = "0x036CbD53842c5426634e7929541eC2318f3dCF7e";
@@ -412,7 +412,7 @@ fn other_networks_and_unknown_evm_shapes_are_keyed_by_digest() {
 
     // Without the fallback, both have no key.
     for (pair, network) in [(&stellar, "stellar:testnet"), (&unknown, NETWORK)] {
-        let err = key::derive(&pair.0, &pair.1, network, now(), false).unwrap_err();
+        let err = key::derive(&pair.0, &pair.1, network, now(), false, None).unwrap_err();
         assert!(matches!(err, ClaimKeyError::Unsupported { .. }), "{err:?}");
         assert_eq!(err.reason(), "claim_unsupported");
     }
@@ -526,6 +526,78 @@ fn malformed_payloads_have_no_key() {
         matches!(err, ClaimKeyError::InvalidSvmTransaction(_)),
         "{err:?}"
     );
+}
+
+/// The engine reads a payment's EVM payload once, for its pre-check and for
+/// the claim: a key derived from that reading is the key derived from the
+/// payment, and a payload the reading could not take still gets its own
+/// error (or the digest fallback).
+#[test]
+fn a_payload_read_once_keys_as_the_payment_does() {
+    let requirements = |pair: &(PaymentPayload, PaymentRequirements)| {
+        FacilitatorRequest::new(pair.0.clone(), pair.1.clone()).map(PreparedRequest::new)
+    };
+    let mut bad = eip3009(FROM, NONCE, NOW + 60);
+    bad["authorization"]["nonce"] = json!("not hex");
+    let cases = [
+        v2(NETWORK, ASSET, eip3009(FROM, NONCE, NOW + 60)),
+        v2(NETWORK, ASSET, permit2("7", &(NOW + 60).to_string())),
+        v2(NETWORK, ASSET, bad),
+        v2(
+            NETWORK,
+            ASSET,
+            json!({"signature": SIGNATURE, "newMethod": {}}),
+        ),
+        v2(NETWORK, "usdc", eip3009(FROM, NONCE, NOW + 60)),
+    ];
+    for pair in &cases {
+        let prepared = requirements(pair).expect("one version");
+        let read = prepared.evm_payload();
+        // Read once: the second call answers the same reading.
+        assert!(std::ptr::eq(
+            read.map_or(std::ptr::null(), |p| p as *const _),
+            prepared
+                .evm_payload()
+                .map_or(std::ptr::null(), |p| p as *const _)
+        ));
+        let direct = key::derive(&pair.0, &pair.1, NETWORK, now(), true, None);
+        let shared = key::derive(&pair.0, &pair.1, NETWORK, now(), true, Some(read));
+        match (direct, shared) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b),
+            (Err(a), Err(b)) => {
+                assert_eq!(a.reason(), b.reason());
+                assert_eq!(a.to_string(), b.to_string());
+            }
+            other => panic!("{:?}: {other:?}", pair.0),
+        }
+    }
+    // The two readable ones were read; the others were not.
+    let read: Vec<bool> = cases
+        .iter()
+        .map(|pair| requirements(pair).unwrap().evm_payload().is_some())
+        .collect();
+    assert_eq!(read, [true, true, false, false, true]);
+
+    // A copy of the engine's context given another payment reads that one.
+    let prepared = requirements(&cases[0]).unwrap();
+    let ctx = crate::hooks::PaymentContext::of_request("/r", &prepared, NETWORK);
+    assert!(matches!(ctx.evm_payload(), Some(Some(_))));
+    let mut other = ctx;
+    other.payload = &cases[1].0;
+    assert!(other.evm_payload().is_none());
+    let key = |c: &crate::hooks::PaymentContext<'_>| {
+        key::derive(
+            c.payload,
+            c.requirements,
+            NETWORK,
+            now(),
+            true,
+            c.evm_payload(),
+        )
+        .unwrap()
+    };
+    assert_eq!(key(&ctx), key_of(&cases[0], NETWORK).unwrap());
+    assert_eq!(key(&other), key_of(&cases[1], NETWORK).unwrap());
 }
 
 #[test]

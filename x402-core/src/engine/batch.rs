@@ -323,12 +323,7 @@ impl Engine {
             }
         } else {
             let network = requirement.network.clone();
-            let pctx = PaymentContext {
-                route: compiled.route.pattern(),
-                payload: &request.payment_payload,
-                requirements: &request.payment_requirements,
-                network: &network,
-            };
+            let pctx = PaymentContext::of_request(compiled.route.pattern(), &request, &network);
             let verdict = match Box::pin(self.verify(&pctx, &request)).await {
                 Ok(v) => v,
                 Err(refusal) => {

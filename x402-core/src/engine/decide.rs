@@ -239,8 +239,11 @@ impl Engine {
         // payment-identifier: looked up before verifying (a resend of a
         // settled payment no longer verifies). A refusal below leaves the
         // reservation to `pay`, which releases it. Boxed, and only awaited
-        // on routes that declare the extension: most do not.
-        if let Some(required) = crate::payment_id::declared(&route.extensions) {
+        // on routes that declare the extension (most do not), for payments
+        // that carry an id or must.
+        if let Some(required) = compiled.payment_id.filter(|&required| {
+            required || !matches!(crate::payment_id::payment_id(&payload), Ok(None))
+        }) {
             *identifier = match Box::pin(crate::payment_id::flow::begin(
                 &self.inner.payment_ids,
                 route,
@@ -300,12 +303,7 @@ impl Engine {
 
         let names = offer.names();
         let network = names.network.clone();
-        let pctx = PaymentContext {
-            route: route.pattern(),
-            payload: &request_body.payment_payload,
-            requirements: &request_body.payment_requirements,
-            network: &network,
-        };
+        let pctx = PaymentContext::of_request(route.pattern(), &request_body, &network);
 
         let scheme = offer.requirements.scheme.as_str();
         let span = tracing::info_span!("x402.verify", network = %network, scheme, payer = tracing::field::Empty);
@@ -630,12 +628,7 @@ impl Drop for Accepted<'_> {
             self.ctx.network.to_owned(),
         );
         self.engine.spawn_tracked(async move {
-            let ctx = PaymentContext {
-                route: &route,
-                payload: &payload,
-                requirements: &requirements,
-                network: &network,
-            };
+            let ctx = PaymentContext::new(&route, &payload, &requirements, &network);
             for hook in hooks {
                 hook.on_payment_canceled(&ctx, CancelReason::ClientGone { keep_claim: false })
                     .await;

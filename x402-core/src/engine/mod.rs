@@ -103,6 +103,7 @@ pub use self::body::PaidBody;
 pub use self::builder::{ConfigError, EngineBuilder};
 pub use self::drive::{Now, Pending, Processing};
 pub use self::guard::{BoundRoute, Guard};
+pub(crate) use self::paid::SettledHeaders;
 pub use self::paid::{Completion, PaidRequest, Reply};
 pub use self::pending::{PendingRetry, SETTLEMENT_PENDING};
 pub use self::resolve::OfferError;

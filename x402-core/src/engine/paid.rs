@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use http_body::Body;
 use http_body_util::BodyExt;
 use tracing::Instrument;
@@ -69,12 +69,44 @@ pub(super) enum Kind {
     Session { token: TokenHash, remaining: u64 },
     /// Settled before its handler: the receipt's headers, for the
     /// handler's response.
-    Settled(HeaderMap),
+    Settled(SettledHeaders),
     /// A batch-settlement voucher or deposit, its channel held.
     Batch(Box<super::batch::BatchCall>),
     /// Handed to its settlement task; or nothing to settle (a request
     /// that passed by sign-in-with-x).
     Spent,
+}
+
+/// The headers a settlement adds to the handler's response: the receipt,
+/// and a session's when the payment bought one. The receipt alone, the
+/// common case, is held without a map of its own.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SettledHeaders {
+    receipt: Option<(HeaderName, HeaderValue)>,
+    /// A session's headers, or a batch receipt's; empty (and unallocated)
+    /// otherwise.
+    more: HeaderMap,
+}
+
+impl SettledHeaders {
+    /// Puts them in `headers`, replacing any of the same names.
+    pub(crate) fn add_to(self, headers: &mut HeaderMap) {
+        if let Some((name, value)) = self.receipt {
+            headers.insert(name, value);
+        }
+        if !self.more.is_empty() {
+            headers.extend(self.more);
+        }
+    }
+}
+
+impl From<HeaderMap> for SettledHeaders {
+    fn from(more: HeaderMap) -> Self {
+        Self {
+            receipt: None,
+            more,
+        }
+    }
 }
 
 pub(super) struct PaymentState {
@@ -246,7 +278,7 @@ impl PaidRequest {
             Kind::Settled(receipt) => {
                 self.finished = true;
                 response::expose(headers);
-                headers.extend(std::mem::take(receipt));
+                std::mem::take(receipt).add_to(headers);
                 if let Some(held) = self.identifier.take() {
                     Box::pin(held.record(status, headers.clone())).await;
                 }
@@ -278,7 +310,7 @@ impl PaidRequest {
             return match self.settle_batch(charge).await {
                 Ok(receipt_headers) => {
                     response::expose(headers);
-                    headers.extend(receipt_headers);
+                    receipt_headers.add_to(headers);
                     Completion::Deliver
                 }
                 Err(response) => Completion::Replace(response),
@@ -317,7 +349,7 @@ impl PaidRequest {
         match self.settle(charge).await {
             Ok(receipt_headers) => {
                 response::expose(headers);
-                headers.extend(receipt_headers);
+                receipt_headers.add_to(headers);
                 Completion::Deliver
             }
             Err(response) => Completion::Replace(response),
@@ -370,12 +402,11 @@ impl PaidRequest {
                 }
             }
             Kind::Payment(state) => {
-                let ctx = PaymentContext {
-                    route: self.route.route.pattern(),
-                    payload: &state.request.payment_payload,
-                    requirements: &state.request.payment_requirements,
-                    network: &state.network,
-                };
+                let ctx = PaymentContext::of_request(
+                    self.route.route.pattern(),
+                    &state.request,
+                    &state.network,
+                );
                 for hook in self.engine.inner.hooks.at(HookSteps::PAYMENT_CANCELED) {
                     hook.on_payment_canceled(&ctx, reason).await;
                 }
@@ -390,14 +421,17 @@ impl PaidRequest {
 
     /// Commits a batch-settlement call on a task of its own, which runs to
     /// completion even if this request is dropped meanwhile.
-    async fn settle_batch(&mut self, charge: AtomicAmount) -> Result<HeaderMap, EngineResponse> {
+    async fn settle_batch(
+        &mut self,
+        charge: AtomicAmount,
+    ) -> Result<SettledHeaders, EngineResponse> {
         self.finished = true;
         let Kind::Batch(call) = std::mem::replace(&mut self.kind, Kind::Spent) else {
-            return Ok(HeaderMap::new());
+            return Ok(SettledHeaders::default());
         };
         let work = super::batch::finish(self.engine.clone(), self.route.clone(), call, charge);
         match self.engine.run_to_completion(Box::pin(work)).await {
-            Some(result) => result,
+            Some(result) => result.map(SettledHeaders::from),
             None => Err(response::refusal_response(
                 &Refusal::SettlementUnknown,
                 None,
@@ -409,12 +443,15 @@ impl PaidRequest {
 
     /// Settles on a task of its own, which runs to completion (hooks,
     /// metrics, session opening) even if this request is dropped meanwhile.
-    async fn settle(&mut self, charge: Option<AtomicAmount>) -> Result<HeaderMap, EngineResponse> {
+    async fn settle(
+        &mut self,
+        charge: Option<AtomicAmount>,
+    ) -> Result<SettledHeaders, EngineResponse> {
         // From here on the payment is never released: a settlement attempt
         // may have moved money.
         self.finished = true;
         let Kind::Payment(state) = std::mem::replace(&mut self.kind, Kind::Spent) else {
-            return Ok(HeaderMap::new());
+            return Ok(SettledHeaders::default());
         };
         let settlement = Settlement {
             engine: self.engine.clone(),
@@ -574,7 +611,7 @@ impl Settlement {
         )
     }
 
-    async fn run(&self) -> Result<HeaderMap, EngineResponse> {
+    async fn run(&self) -> Result<SettledHeaders, EngineResponse> {
         let state = &self.state;
         let charge = self.charge;
         // The verified request as it is, or with the `upto` charge.
@@ -586,12 +623,8 @@ impl Settlement {
             Box::new(PreparedRequest::new(request))
         });
         let settle_request: &PreparedRequest = charged.as_deref().unwrap_or(&state.request);
-        let ctx = PaymentContext {
-            route: self.route.route.pattern(),
-            payload: &settle_request.payment_payload,
-            requirements: &settle_request.payment_requirements,
-            network: &state.network,
-        };
+        let ctx =
+            PaymentContext::of_request(self.route.route.pattern(), settle_request, &state.network);
         let hooks = &self.engine.inner.hooks;
         let failure = |reason: String| SettleResponse {
             payer: self.payment.payer.as_deref().map(str::to_owned),
@@ -672,12 +705,12 @@ impl Settlement {
             let payer = receipt.payer.as_deref();
             Box::pin(self.engine.record_sign_in(&self.route, payer)).await;
         }
-        let mut headers = HeaderMap::new();
-        if let Some((name, value)) = response::receipt_header(&receipt, self.payment.version) {
-            headers.insert(name, value);
-        }
+        let mut headers = SettledHeaders {
+            receipt: response::receipt_header(&receipt, self.payment.version),
+            more: HeaderMap::new(),
+        };
         if let Some(offer) = state.session.and_then(|i| state.resolved.sessions.get(i)) {
-            Box::pin(self.open_session(&ctx, offer, &receipt, &mut headers)).await;
+            Box::pin(self.open_session(&ctx, offer, &receipt, &mut headers.more)).await;
         }
         Ok(headers)
     }

@@ -19,7 +19,7 @@ use crate::{
         reason, EvmPayload,
     },
     network,
-    proto::FacilitatorRequest,
+    proto::{FacilitatorRequest, PreparedRequest},
 };
 
 use super::known_payers::{KnownPayers, Voucher};
@@ -44,7 +44,7 @@ pub(super) struct Passed<'a> {
 /// check cannot tell. With `known`, a payer there has its signature left to
 /// the facilitator (see [`super::known_payers`]).
 pub(super) fn precheck<'a>(
-    request: &FacilitatorRequest,
+    request: &PreparedRequest,
     now: u64,
     known: Option<&'a KnownPayers>,
 ) -> Result<Passed<'a>, Refused> {
@@ -52,7 +52,8 @@ pub(super) fn precheck<'a>(
     let Some(chain_id) = network::evm_chain_id(requirements.network()) else {
         return Ok(Passed::default());
     };
-    let Ok(payload) = EvmPayload::from_value(request.payment_payload.payload()) else {
+    // Read once: the replay claim's key reads the same.
+    let Some(payload) = request.evm_payload() else {
         return Ok(Passed::default());
     };
     let payer = payload.payer();
@@ -63,7 +64,7 @@ pub(super) fn precheck<'a>(
         signer,
     };
     if let Some(known) = known.filter(|k| k.is_trusted(chain_id, &payer)) {
-        check(request, &payload, chain_id, checks(Signer::Defer))?;
+        check(request, payload, chain_id, checks(Signer::Defer))?;
         if let Some(voucher) = known.take(chain_id, payer, now) {
             return Ok(Passed {
                 recovered: None,
@@ -72,7 +73,7 @@ pub(super) fn precheck<'a>(
         }
         // Its unchecked payments were taken meanwhile: this one is recovered.
     }
-    check(request, &payload, chain_id, checks(Signer::Recover))?;
+    check(request, payload, chain_id, checks(Signer::Recover))?;
     Ok(Passed {
         recovered: Some((chain_id, payer)),
         voucher: None,

@@ -18,6 +18,9 @@ pub(super) struct CompiledRoute {
     /// Set once a per-request price under its network's floor was logged
     /// as a warning for this route (later ones are logged at debug level).
     pub(super) floor_logged: std::sync::atomic::AtomicBool,
+    /// Whether the route declares payment-identifier, and if so whether
+    /// an id is required: read from its extensions once.
+    pub(super) payment_id: Option<bool>,
 }
 
 impl CompiledRoute {
@@ -48,6 +51,7 @@ impl CompiledRoute {
             }
         }
         let series = crate::metrics::RouteSeries::new(route.pattern());
+        let payment_id = crate::payment_id::declared(&route.extensions);
         Ok(Self {
             pattern: crate::payment::SharedStr::from(route.pattern()),
             route,
@@ -55,6 +59,7 @@ impl CompiledRoute {
             series,
             mismatch_logged: std::sync::atomic::AtomicBool::new(false),
             floor_logged: std::sync::atomic::AtomicBool::new(false),
+            payment_id,
         })
     }
 }

@@ -37,7 +37,7 @@
 //! }
 //! ```
 
-use std::{error::Error as StdError, fmt, sync::Arc};
+use std::{error::Error as StdError, fmt, future::Future, pin::Pin, sync::Arc};
 
 use alloy_primitives::U256;
 use async_trait::async_trait;
@@ -121,42 +121,47 @@ pub trait Facilitator: Send + Sync + 'static {
     }
 }
 
-#[async_trait]
+/// The future a [`Facilitator`] method returns, as `async_trait` writes it.
+type Call<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A method of `Facilitator for Arc<F>` taking a request: it hands back the
+/// shared facilitator's own future (an `async fn` would box a second future
+/// around it on every call).
+macro_rules! forward_request {
+    ($($method:ident($request:ty) -> $answer:ty;)*) => {$(
+        fn $method<'s, 'r, 'a>(&'s self, request: &'r $request) -> Call<'a, $answer>
+        where
+            's: 'a,
+            'r: 'a,
+            Self: 'a,
+        {
+            (**self).$method(request)
+        }
+    )*};
+}
+
 impl<F: Facilitator + ?Sized> Facilitator for Arc<F> {
-    async fn verify(
-        &self,
-        request: &FacilitatorRequest,
-    ) -> Result<VerifyResponse, FacilitatorError> {
-        (**self).verify(request).await
+    forward_request! {
+        verify(FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError>;
+        settle(FacilitatorRequest) -> Result<SettleResponse, FacilitatorError>;
+        verify_prepared(PreparedRequest) -> Result<VerifyResponse, FacilitatorError>;
+        settle_prepared(PreparedRequest) -> Result<SettleResponse, FacilitatorError>;
     }
 
-    async fn settle(
-        &self,
-        request: &FacilitatorRequest,
-    ) -> Result<SettleResponse, FacilitatorError> {
-        (**self).settle(request).await
+    fn supported<'s, 'a>(&'s self) -> Call<'a, Result<SupportedResponse, FacilitatorError>>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        (**self).supported()
     }
 
-    async fn verify_prepared(
-        &self,
-        request: &PreparedRequest,
-    ) -> Result<VerifyResponse, FacilitatorError> {
-        (**self).verify_prepared(request).await
-    }
-
-    async fn settle_prepared(
-        &self,
-        request: &PreparedRequest,
-    ) -> Result<SettleResponse, FacilitatorError> {
-        (**self).settle_prepared(request).await
-    }
-
-    async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
-        (**self).supported().await
-    }
-
-    async fn health(&self) -> FacilitatorHealth {
-        (**self).health().await
+    fn health<'s, 'a>(&'s self) -> Call<'a, FacilitatorHealth>
+    where
+        's: 'a,
+        Self: 'a,
+    {
+        (**self).health()
     }
 }
 
@@ -348,5 +353,120 @@ impl fmt::Display for OtherError {
 impl StdError for OtherError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         self.0.source()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    };
+
+    use async_trait::async_trait;
+
+    use super::{Facilitator, FacilitatorError, FacilitatorHealth};
+    use crate::proto::{
+        FacilitatorRequest, PaymentPayload, PaymentRequirements, PreparedRequest, SettleResponse,
+        SupportedResponse, VerifyResponse,
+    };
+
+    /// Answers each method with its own name, and counts the calls.
+    #[derive(Default)]
+    struct Named {
+        calls: [AtomicUsize; 6],
+    }
+
+    impl Named {
+        fn called(&self, i: usize) {
+            self.calls[i].fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[async_trait]
+    impl Facilitator for Named {
+        async fn verify(&self, _: &FacilitatorRequest) -> Result<VerifyResponse, FacilitatorError> {
+            self.called(0);
+            Ok(VerifyResponse::invalid("verify", None))
+        }
+        async fn settle(&self, _: &FacilitatorRequest) -> Result<SettleResponse, FacilitatorError> {
+            self.called(1);
+            Ok(SettleResponse::failure("n", "settle"))
+        }
+        async fn verify_prepared(
+            &self,
+            _: &PreparedRequest,
+        ) -> Result<VerifyResponse, FacilitatorError> {
+            self.called(2);
+            Ok(VerifyResponse::invalid("verify_prepared", None))
+        }
+        async fn settle_prepared(
+            &self,
+            _: &PreparedRequest,
+        ) -> Result<SettleResponse, FacilitatorError> {
+            self.called(3);
+            Ok(SettleResponse::failure("n", "settle_prepared"))
+        }
+        async fn supported(&self) -> Result<SupportedResponse, FacilitatorError> {
+            self.called(4);
+            Ok(SupportedResponse {
+                extensions: vec!["supported".into()],
+                ..SupportedResponse::default()
+            })
+        }
+        async fn health(&self) -> FacilitatorHealth {
+            self.called(5);
+            FacilitatorHealth::new(Err(FacilitatorError::Timeout))
+        }
+    }
+
+    /// A shared facilitator (`Arc<F>`, `Arc<dyn Facilitator>`, and an `Arc`
+    /// of those) answers each method with the inner one's answer, one call
+    /// each.
+    #[tokio::test]
+    async fn a_shared_facilitator_is_the_facilitator() {
+        let accepted = serde_json::json!({
+            "scheme": "exact", "network": "eip155:84532", "amount": "1000",
+            "asset": "0x036CbD53842c5426634e7929541eC2318f3dCF7e",
+            "payTo": "0x209693Bc6afc0C5328bA36FaF03C514EF312287C", "maxTimeoutSeconds": 60,
+        });
+        let payload = serde_json::json!({"x402Version": 2, "accepted": accepted, "payload": {}});
+        let request = FacilitatorRequest::new(
+            PaymentPayload::from_value(payload).unwrap(),
+            PaymentRequirements::V2(serde_json::from_value(accepted).unwrap()),
+        )
+        .expect("one version");
+        let prepared = PreparedRequest::new(request.clone());
+        let inner = Arc::new(Named::default());
+        let shared: Arc<dyn Facilitator> = inner.clone();
+        let twice = Arc::new(shared.clone());
+        for facilitator in [&shared as &dyn Facilitator, &*twice, &inner] {
+            let reason = |v: VerifyResponse| v.invalid_reason.unwrap_or_default();
+            let error = |s: SettleResponse| s.error_reason.unwrap_or_default();
+            assert_eq!(
+                reason(facilitator.verify(&request).await.unwrap()),
+                "verify"
+            );
+            assert_eq!(error(facilitator.settle(&request).await.unwrap()), "settle");
+            assert_eq!(
+                reason(facilitator.verify_prepared(&prepared).await.unwrap()),
+                "verify_prepared"
+            );
+            assert_eq!(
+                error(facilitator.settle_prepared(&prepared).await.unwrap()),
+                "settle_prepared"
+            );
+            assert_eq!(
+                facilitator.supported().await.unwrap().extensions,
+                ["supported"]
+            );
+            assert!(facilitator.health().await.supported.is_err());
+        }
+        let counts: Vec<usize> = inner
+            .calls
+            .iter()
+            .map(|c| c.load(Ordering::SeqCst))
+            .collect();
+        assert_eq!(counts, [3; 6]);
     }
 }

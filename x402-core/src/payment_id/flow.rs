@@ -16,7 +16,7 @@ use super::{
 };
 use crate::{
     codec,
-    engine::{EngineResponse, Refusal},
+    engine::{EngineResponse, Refusal, SettledHeaders},
     late::Late,
     proto::{FacilitatorRequest, PaymentPayload},
     route::Route,
@@ -230,12 +230,12 @@ impl Held {
 
     /// A settlement ended: `Ok` with the receipt's headers records the
     /// response; `Err` releases the id.
-    pub(crate) async fn settled(self, result: &Result<HeaderMap, EngineResponse>) {
+    pub(crate) async fn settled(self, result: &Result<SettledHeaders, EngineResponse>) {
         match (result, &self.head) {
             (Ok(receipt), Some((status, head))) => {
                 let mut headers = head.clone();
                 crate::engine::expose_headers(&mut headers);
-                headers.extend(receipt.clone());
+                receipt.clone().add_to(&mut headers);
                 let status = *status;
                 self.record(status, headers).await;
             }

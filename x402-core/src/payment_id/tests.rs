@@ -91,6 +91,20 @@ async fn send(
     .await
 }
 
+/// A payment whose id is malformed: 400 `invalid_payment_identifier`.
+async fn refuses_a_bad_id(engine: &Engine, bare: &str, runs: &Arc<AtomicUsize>) {
+    let bad = send(
+        engine,
+        "/paid",
+        &with_id(bare, "short"),
+        runs,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(error_of(&bad), "invalid_payment_identifier");
+}
+
 fn error_of(response: &Response<Bytes>) -> String {
     let body: Value = serde_json::from_slice(response.body()).unwrap();
     body["error"].as_str().unwrap_or_default().to_owned()
@@ -229,16 +243,7 @@ async fn required_and_missing_is_400_and_a_bad_id_too() {
     let missing = send(&engine, "/paid", &bare, &runs, StatusCode::OK).await;
     assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
     assert_eq!(error_of(&missing), "payment_identifier_required");
-    let bad = send(
-        &engine,
-        "/paid",
-        &with_id(&bare, "short"),
-        &runs,
-        StatusCode::OK,
-    )
-    .await;
-    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(error_of(&bad), "invalid_payment_identifier");
+    refuses_a_bad_id(&engine, &bare, &runs).await;
     assert_eq!(runs.load(Ordering::SeqCst), 0);
     facilitator.assert_calls(0, 0);
     // Not required: a payment without an id is served as usual.
@@ -494,6 +499,14 @@ async fn a_store_that_is_down_fails_closed() {
     assert!(!String::from_utf8_lossy(down.body()).contains("refused"));
     assert_eq!(runs.load(Ordering::SeqCst), 0);
     facilitator.assert_calls(0, 0);
+    // A payment without an id never asks the store: it is served; a bad id
+    // is refused before the store too.
+    let bare = payment(&engine, "/paid").await;
+    refuses_a_bad_id(&engine, &bare, &runs).await;
+    let served = send(&engine, "/paid", &bare, &runs, StatusCode::OK).await;
+    assert_eq!(served.status(), StatusCode::OK);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    facilitator.assert_calls(1, 1);
 }
 
 #[cfg(feature = "redis")]

@@ -445,6 +445,10 @@ impl AsRef<FacilitatorRequest> for FacilitatorRequest {
 pub struct PreparedRequest {
     request: FacilitatorRequest,
     body: std::sync::OnceLock<bytes::Bytes>,
+    /// The payment's `payload` read as an EVM payment (`None`: it is
+    /// not one), once for every reader: the engine's pre-check and the
+    /// replay claim's key.
+    evm: std::sync::OnceLock<Option<crate::evm::EvmPayload>>,
 }
 
 impl PreparedRequest {
@@ -453,7 +457,19 @@ impl PreparedRequest {
         Self {
             request,
             body: std::sync::OnceLock::new(),
+            evm: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The payment's `payload` as an EIP-3009 or Permit2 payload, read on
+    /// the first call; `None` when it is neither (whatever the network:
+    /// callers check the network first).
+    pub(crate) fn evm_payload(&self) -> Option<&crate::evm::EvmPayload> {
+        self.evm
+            .get_or_init(|| {
+                crate::evm::EvmPayload::from_value(self.request.payment_payload.payload()).ok()
+            })
+            .as_ref()
     }
 
     /// The request.
