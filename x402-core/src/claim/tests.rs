@@ -534,7 +534,7 @@ fn malformed_payloads_have_no_key() {
 /// error (or the digest fallback).
 #[test]
 fn a_payload_read_once_keys_as_the_payment_does() {
-    let requirements = |pair: &(PaymentPayload, PaymentRequirements)| {
+    let prepared_of = |pair: &(PaymentPayload, PaymentRequirements)| {
         FacilitatorRequest::new(pair.0.clone(), pair.1.clone()).map(PreparedRequest::new)
     };
     let mut bad = eip3009(FROM, NONCE, NOW + 60);
@@ -551,7 +551,7 @@ fn a_payload_read_once_keys_as_the_payment_does() {
         v2(NETWORK, "usdc", eip3009(FROM, NONCE, NOW + 60)),
     ];
     for pair in &cases {
-        let prepared = requirements(pair).expect("one version");
+        let prepared = prepared_of(pair).expect("one version");
         let read = prepared.evm_payload();
         // Read once: the second call answers the same reading.
         assert!(std::ptr::eq(
@@ -574,12 +574,12 @@ fn a_payload_read_once_keys_as_the_payment_does() {
     // The two readable ones were read; the others were not.
     let read: Vec<bool> = cases
         .iter()
-        .map(|pair| requirements(pair).unwrap().evm_payload().is_some())
+        .map(|pair| prepared_of(pair).unwrap().evm_payload().is_some())
         .collect();
     assert_eq!(read, [true, true, false, false, true]);
 
     // A copy of the engine's context given another payment reads that one.
-    let prepared = requirements(&cases[0]).unwrap();
+    let prepared = prepared_of(&cases[0]).unwrap();
     let ctx = crate::hooks::PaymentContext::of_request("/r", &prepared, NETWORK);
     assert!(matches!(ctx.evm_payload(), Some(Some(_))));
     let mut other = ctx;

@@ -37,13 +37,16 @@
 //! }
 //! ```
 
-use std::{error::Error as StdError, fmt, future::Future, pin::Pin, sync::Arc};
+use std::{error::Error as StdError, fmt, sync::Arc};
 
 use alloy_primitives::U256;
 use async_trait::async_trait;
 
-use crate::proto::{
-    FacilitatorRequest, PreparedRequest, SettleResponse, SupportedResponse, VerifyResponse,
+use crate::{
+    proto::{
+        FacilitatorRequest, PreparedRequest, SettleResponse, SupportedResponse, VerifyResponse,
+    },
+    route::BoxFuture,
 };
 
 pub mod failover;
@@ -121,15 +124,12 @@ pub trait Facilitator: Send + Sync + 'static {
     }
 }
 
-/// The future a [`Facilitator`] method returns, as `async_trait` writes it.
-type Call<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
 /// A method of `Facilitator for Arc<F>` taking a request: it hands back the
 /// shared facilitator's own future (an `async fn` would box a second future
 /// around it on every call).
 macro_rules! forward_request {
     ($($method:ident($request:ty) -> $answer:ty;)*) => {$(
-        fn $method<'s, 'r, 'a>(&'s self, request: &'r $request) -> Call<'a, $answer>
+        fn $method<'s, 'r, 'a>(&'s self, request: &'r $request) -> BoxFuture<'a, $answer>
         where
             's: 'a,
             'r: 'a,
@@ -148,7 +148,7 @@ impl<F: Facilitator + ?Sized> Facilitator for Arc<F> {
         settle_prepared(PreparedRequest) -> Result<SettleResponse, FacilitatorError>;
     }
 
-    fn supported<'s, 'a>(&'s self) -> Call<'a, Result<SupportedResponse, FacilitatorError>>
+    fn supported<'s, 'a>(&'s self) -> BoxFuture<'a, Result<SupportedResponse, FacilitatorError>>
     where
         's: 'a,
         Self: 'a,
@@ -156,7 +156,7 @@ impl<F: Facilitator + ?Sized> Facilitator for Arc<F> {
         (**self).supported()
     }
 
-    fn health<'s, 'a>(&'s self) -> Call<'a, FacilitatorHealth>
+    fn health<'s, 'a>(&'s self) -> BoxFuture<'a, FacilitatorHealth>
     where
         's: 'a,
         Self: 'a,
