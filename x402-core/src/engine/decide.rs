@@ -428,15 +428,14 @@ impl Engine {
         &self,
         compiled: &Arc<CompiledRoute>,
         resolved: &Arc<Resolved>,
-        scope: &str,
+        scope: &SharedStr,
         token: &HeaderValue,
     ) -> Result<Box<PaidRequest>, Refusal> {
-        let Some(token) = token.to_str().ok().and_then(SessionToken::parse) else {
+        let Some(hash) = token.to_str().ok().and_then(SessionToken::hash_sent) else {
             return Err(Refusal::Invalid("session_invalid".into()));
         };
-        let hash = token.hash();
         let store = self.inner.sessions.clone();
-        let (scope_owned, now) = (scope.to_owned(), unix_now());
+        let (scope_owned, now) = (scope.clone(), unix_now());
         // A redemption is a write: if this request stops waiting for it (the
         // deadline passed, or the client hung up), one that lands late is
         // given back, since its request was refused.
@@ -502,7 +501,7 @@ impl Engine {
             meter: None,
             session: Some(SessionCall {
                 remaining,
-                scope: scope.to_owned(),
+                scope: scope.to_string(),
             }),
             sign_in: None,
         };

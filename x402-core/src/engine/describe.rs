@@ -168,7 +168,7 @@ impl Engine {
                                 id: s.id.clone(),
                                 calls: s.calls,
                                 ttl_seconds: s.ttl.as_secs(),
-                                scope: s.scope.clone(),
+                                scope: s.scope.to_string(),
                                 accepts: s
                                     .accepts
                                     .iter()

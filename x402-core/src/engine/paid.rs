@@ -735,7 +735,7 @@ impl Settlement {
         let remaining = offer.calls.saturating_sub(1);
         let expires_at = unix_now().saturating_add(offer.ttl.as_secs());
         let record = SessionRecord {
-            scope: offer.scope.clone(),
+            scope: offer.scope.to_string(),
             remaining,
             expires_at,
         };
@@ -781,7 +781,7 @@ impl Settlement {
             calls: offer.calls,
             remaining,
             expires_at,
-            scope: offer.scope.clone(),
+            scope: offer.scope.to_string(),
         };
         for hook in inner.hooks.at(HookSteps::SESSION_OPENED) {
             hook.on_session_opened(ctx, receipt, &info).await;
@@ -823,7 +823,7 @@ impl Settlement {
         let failure = SessionOpenFailed {
             offer_id: offer.id.clone(),
             calls: offer.calls,
-            scope: offer.scope.clone(),
+            scope: offer.scope.to_string(),
             attempts,
             error,
         };

@@ -162,13 +162,15 @@ pub(super) struct ResolvedSession {
     pub(super) id: String,
     pub(super) calls: u64,
     pub(super) ttl: Duration,
-    pub(super) scope: String,
+    /// Shared: each redemption hands it to a store call that outlives the
+    /// borrow of the route table.
+    pub(super) scope: SharedStr,
     pub(super) accepts: Vec<ResolvedOffer>,
 }
 
 impl Resolved {
-    pub(super) fn scope(&self) -> Option<&str> {
-        self.sessions.first().map(|s| s.scope.as_str())
+    pub(super) fn scope(&self) -> Option<&SharedStr> {
+        self.sessions.first().map(|s| &s.scope)
     }
 }
 
@@ -205,7 +207,7 @@ pub(super) fn resolve_route(
             id: s.id.clone(),
             calls: s.calls,
             ttl: s.ttl,
-            scope: s.scope.clone(),
+            scope: SharedStr::from(s.scope.as_str()),
             accepts: resolve_all(route, &s.offers, supported)?,
         });
     }

@@ -56,8 +56,25 @@ impl SessionToken {
     /// Reads a token sent by a buyer; `None` unless it is 64 hex digits.
     pub fn parse(s: &str) -> Option<Self> {
         let s = s.trim();
-        (s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()))
-            .then(|| Self(s.to_ascii_lowercase()))
+        Self::well_formed(s).then(|| Self(s.to_ascii_lowercase()))
+    }
+
+    /// 64 hex digits.
+    fn well_formed(s: &str) -> bool {
+        s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+    }
+
+    /// The hash of a token sent by a buyer, as [`parse`](Self::parse) then
+    /// [`hash`](Self::hash) give it, without copying the token.
+    pub(crate) fn hash_sent(s: &str) -> Option<TokenHash> {
+        let s = s.trim();
+        if !Self::well_formed(s) {
+            return None;
+        }
+        let mut lower = [0u8; 64];
+        lower.copy_from_slice(s.as_bytes());
+        lower.make_ascii_lowercase();
+        Some(TokenHash(Sha256::digest(lower).into()))
     }
 
     /// The token as sent to the buyer.
@@ -187,5 +204,28 @@ mod tests {
         assert!(SessionToken::parse(&"g".repeat(64)).is_none());
         assert!(!format!("{a:?}").contains(a.expose()));
         assert_ne!(a.hash().to_hex(), a.expose());
+    }
+
+    #[test]
+    fn a_sent_token_hashes_as_its_parsed_copy() {
+        let token = SessionToken::generate();
+        let sent = [
+            token.expose().to_owned(),
+            token.expose().to_uppercase(),
+            format!("  {} ", token.expose()),
+            String::new(),
+            "abc".into(),
+            "g".repeat(64),
+            "a".repeat(65),
+            format!("{}é", &token.expose()[..62]),
+        ];
+        for s in sent {
+            assert_eq!(
+                SessionToken::hash_sent(&s),
+                SessionToken::parse(&s).map(|t| t.hash()),
+                "{s:?}"
+            );
+        }
+        assert_eq!(SessionToken::hash_sent(token.expose()), Some(token.hash()));
     }
 }

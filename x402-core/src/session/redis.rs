@@ -201,10 +201,7 @@ impl RedisSessionStore {
     }
 
     fn key(&self, token: &TokenHash) -> String {
-        let mut key = String::with_capacity(self.prefix.len() + 64);
-        key.push_str(&self.prefix);
-        key.push_str(&token.to_hex());
-        key
+        store_key(&self.prefix, token)
     }
 
     /// The batching task's queue, starting the task on first use.
@@ -215,6 +212,19 @@ impl RedisSessionStore {
             jobs
         })
     }
+}
+
+/// `prefix` followed by the lowercase hex of `token`
+/// ([`TokenHash::to_hex`]), written in place.
+fn store_key(prefix: &str, token: &TokenHash) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut key = String::with_capacity(prefix.len() + 2 * token.0.len());
+    key.push_str(prefix);
+    for byte in token.0 {
+        key.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        key.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+    }
+    key
 }
 
 /// One redemption waiting for the batching task.
@@ -484,5 +494,20 @@ mod tests {
         );
         assert!(redemption(-5).is_err());
         assert!(redemption(-6).is_err());
+    }
+
+    #[test]
+    fn keys_are_the_prefix_and_the_hash_in_hex() {
+        for token in [
+            TokenHash([0; 32]),
+            TokenHash([0xff; 32]),
+            crate::session::SessionToken::generate().hash(),
+        ] {
+            assert_eq!(
+                store_key("x402:session:", &token),
+                format!("x402:session:{}", token.to_hex())
+            );
+            assert_eq!(store_key("", &token), token.to_hex());
+        }
     }
 }
