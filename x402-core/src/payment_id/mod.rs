@@ -258,13 +258,18 @@ impl PayloadDigest {
 }
 
 fn hex_lower(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
+    push_hex_lower(&mut out, bytes);
+    out
+}
+
+/// Appends `bytes` to `out` as lowercase hex, without a string of its own.
+pub(crate) fn push_hex_lower(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for b in bytes {
         out.push(char::from(DIGITS[usize::from(b >> 4)]));
         out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
     }
-    out
 }
 
 /// JSON with object keys sorted, no whitespace.

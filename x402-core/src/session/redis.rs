@@ -217,13 +217,9 @@ impl RedisSessionStore {
 /// `prefix` followed by the lowercase hex of `token`
 /// ([`TokenHash::to_hex`]), written in place.
 fn store_key(prefix: &str, token: &TokenHash) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut key = String::with_capacity(prefix.len() + 2 * token.0.len());
     key.push_str(prefix);
-    for byte in token.0 {
-        key.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        key.push(char::from(DIGITS[usize::from(byte & 0xf)]));
-    }
+    crate::payment_id::push_hex_lower(&mut key, &token.0);
     key
 }
 
