@@ -281,23 +281,21 @@ impl Engine {
             return refuse(Refusal::NoMatchingRequirements, Some(version), None);
         }
 
-        // The facilitator always gets the server's own requirement.
-        let requirements = match version {
-            X402Version::V2 => offer.wire(),
+        // The facilitator always gets the server's own requirement, and
+        // the body is written once, for the verify and the settle calls.
+        let request_body = match version {
+            X402Version::V2 => PreparedRequest::with_written(*payload, offer.wire()),
             X402Version::V1 => match crate::challenge::v1_row(
                 &offer.requirements,
                 &offered.resource,
                 route.output_schema.as_ref(),
             ) {
-                Some(row) => Arc::new(PaymentRequirements::V1(row)),
+                Some(row) => FacilitatorRequest::new(*payload, PaymentRequirements::V1(row))
+                    .map(PreparedRequest::new),
                 None => return refuse(Refusal::NoMatchingRequirements, Some(version), None),
             },
         };
-        // Its body is written once, for the verify and the settle calls.
-        let Some(request_body) = FacilitatorRequest::new(*payload, requirements)
-            .map(PreparedRequest::new)
-            .map(Box::new)
-        else {
+        let Some(request_body) = request_body.map(Box::new) else {
             return refuse(Refusal::NoMatchingRequirements, Some(version), None);
         };
 

@@ -449,6 +449,9 @@ pub struct PreparedRequest {
     /// not one), once for every reader: the engine's pre-check and the
     /// replay claim's key.
     evm: std::sync::OnceLock<Option<crate::evm::EvmPayload>>,
+    /// The requirement's JSON, when it was written once for every request
+    /// that shares it (the engine's offers).
+    requirement_json: Option<std::sync::Arc<serde_json::value::RawValue>>,
 }
 
 impl PreparedRequest {
@@ -458,7 +461,22 @@ impl PreparedRequest {
             request,
             body: std::sync::OnceLock::new(),
             evm: std::sync::OnceLock::new(),
+            requirement_json: None,
         }
+    }
+
+    /// `payment` paired with a requirement written once: its body copies
+    /// the requirement's JSON instead of writing it again. `None` when
+    /// their versions differ.
+    pub(crate) fn with_written(
+        payment: PaymentPayload,
+        requirement: &WrittenRequirement,
+    ) -> Option<Self> {
+        let request = FacilitatorRequest::new(payment, requirement.requirements.clone())?;
+        Some(Self {
+            requirement_json: requirement.json.clone(),
+            ..Self::new(request)
+        })
     }
 
     /// The payment's `payload` as an EIP-3009 or Permit2 payload, read on
@@ -493,7 +511,13 @@ impl PreparedRequest {
         // A prepared body lives until the settlement ends, the handler's
         // run included: it holds what it uses, not the room it was written
         // in (see `json_body`).
-        let body = json_body(&self.request)?;
+        let body = match &self.requirement_json {
+            Some(requirement) => write_body(&WrittenWire {
+                request: &self.request,
+                requirement,
+            })?,
+            None => json_body(&self.request)?,
+        };
         Ok(self.body.get_or_init(|| body).clone())
     }
 }
@@ -504,10 +528,15 @@ impl PreparedRequest {
 /// 2 kB) is larger than glibc's allocator serves from the thread's own
 /// cache, so each of those steps takes the arena's lock.
 pub(crate) fn json_body(request: &FacilitatorRequest) -> Result<bytes::Bytes, serde_json::Error> {
+    write_body(request)
+}
+
+/// Writes `body` as JSON, exactly its length (see [`json_body`]).
+fn write_body<T: Serialize + ?Sized>(body: &T) -> Result<bytes::Bytes, serde_json::Error> {
     let body = SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
         Ok(mut scratch) => {
             scratch.clear();
-            let written = serde_json::to_writer(&mut *scratch, request);
+            let written = serde_json::to_writer(&mut *scratch, body);
             let out = written.map(|()| scratch.to_vec());
             if scratch.capacity() > SCRATCH_KEPT {
                 // An unusually large request: its room is not kept.
@@ -517,9 +546,129 @@ pub(crate) fn json_body(request: &FacilitatorRequest) -> Result<bytes::Bytes, se
         }
         // Not reached (serialising a request writes no other request);
         // a fresh vector is as correct.
-        Err(_) => serde_json::to_vec(request),
+        Err(_) => serde_json::to_vec(body),
     })?;
     Ok(bytes::Bytes::from(body))
+}
+
+/// A requirement written as JSON once, for every facilitator request that
+/// shares it: the engine keeps one per offer, beside the shared requirement
+/// it hands to payments ([`PreparedRequest::with_written`]).
+#[derive(Debug, Clone)]
+pub(crate) struct WrittenRequirement {
+    requirements: std::sync::Arc<PaymentRequirements>,
+    /// `None` had it failed to write (a requirement always writes; then
+    /// each body would write it again).
+    json: Option<std::sync::Arc<serde_json::value::RawValue>>,
+}
+
+impl WrittenRequirement {
+    /// `requirements` and its JSON.
+    pub(crate) fn new(requirements: PaymentRequirements) -> Self {
+        let json = serde_json::value::to_raw_value(&requirements).ok();
+        Self {
+            requirements: std::sync::Arc::new(requirements),
+            json: json.map(Into::into),
+        }
+    }
+}
+
+/// A facilitator request's body with its requirement already written: the
+/// same JSON as [`FacilitatorRequest`]'s own `Serialize`, in the same order
+/// (`proto::tests` compares the two), with the requirement's JSON copied,
+/// and copied as well for the payment's `accepted` when it is the same
+/// requirement, field for field and in the same order (as buyers echo it).
+struct WrittenWire<'a> {
+    request: &'a FacilitatorRequest,
+    requirement: &'a serde_json::value::RawValue,
+}
+
+impl Serialize for WrittenWire<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut wire = serializer.serialize_struct("Wire", 3)?;
+        wire.serialize_field("x402Version", &self.request.version())?;
+        match (
+            &self.request.payment_payload,
+            &*self.request.payment_requirements,
+        ) {
+            (PaymentPayload::V2(payment), PaymentRequirements::V2(requirement))
+                if same_requirement(&payment.accepted, requirement) =>
+            {
+                wire.serialize_field(
+                    "paymentPayload",
+                    &AcceptedWritten {
+                        payment,
+                        accepted: self.requirement,
+                    },
+                )?;
+            }
+            (payment, _) => wire.serialize_field("paymentPayload", payment)?,
+        }
+        wire.serialize_field("paymentRequirements", self.requirement)?;
+        wire.end()
+    }
+}
+
+/// A version 2 payment whose `accepted` is written already: the fields of
+/// `v2::PaymentPayload`'s derived `Serialize`, in its order.
+struct AcceptedWritten<'a> {
+    payment: &'a v2::PaymentPayload,
+    accepted: &'a serde_json::value::RawValue,
+}
+
+impl Serialize for AcceptedWritten<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        // Every field named: a field added to the payment fails to compile
+        // here until it is written here too.
+        let v2::PaymentPayload {
+            x402_version,
+            resource,
+            accepted: _,
+            payload,
+            extensions,
+            other,
+        } = self.payment;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("x402Version", x402_version)?;
+        if let Some(resource) = resource {
+            map.serialize_entry("resource", resource)?;
+        }
+        map.serialize_entry("accepted", self.accepted)?;
+        map.serialize_entry("payload", payload)?;
+        if let Some(extensions) = extensions {
+            map.serialize_entry("extensions", extensions)?;
+        }
+        for (key, value) in other {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+/// Whether `a` is `b` written the same way: equal, and with the keys of
+/// their objects in the same order (equal JSON maps may differ in order).
+fn same_requirement(a: &v2::PaymentRequirements, b: &v2::PaymentRequirements) -> bool {
+    a == b && same_order(&a.extra, &b.extra) && same_order(&a.other, &b.other)
+}
+
+/// Whether two equal objects list their keys in the same order, nested
+/// objects included.
+fn same_order(a: &JsonObject, b: &JsonObject) -> bool {
+    a.iter()
+        .zip(b.iter())
+        .all(|((ka, va), (kb, vb))| ka == kb && same_value_order(va, vb))
+}
+
+fn same_value_order(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Object(a), Value::Object(b)) => same_order(a, b),
+        (Value::Array(a), Value::Array(b)) => {
+            a.iter().zip(b.iter()).all(|(a, b)| same_value_order(a, b))
+        }
+        _ => true,
+    }
 }
 
 thread_local! {

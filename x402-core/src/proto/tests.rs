@@ -347,6 +347,83 @@ fn a_prepared_request_writes_its_body_once() {
     assert_eq!(prepared.into_request(), request);
 }
 
+/// A body written with its requirement's JSON written once is the body the
+/// request's own `Serialize` writes, byte for byte: with the buyer's
+/// `accepted` the same requirement (copied), the same in another key order
+/// or different (written as sent), with and without the optional and
+/// unknown fields of the payment and of the requirement.
+#[test]
+fn a_written_requirement_gives_the_same_body() {
+    let (payload, accepted) = v2_vector();
+    let PaymentPayload::V2(payment) = payload else {
+        panic!("a v2 vector")
+    };
+
+    let mut rich = accepted.clone();
+    rich.extra.insert(
+        "nested".into(),
+        json!({"b": [1, {"y": 2, "x": 1}], "a": "\"quoted\"\n"}),
+    );
+    rich.other
+        .insert("futureField".into(), json!(["é", null, 1.5]));
+    let mut reordered = rich.clone();
+    reordered.extra = rich
+        .extra
+        .iter()
+        .rev()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let mut nested_reordered = rich.clone();
+    nested_reordered.extra.insert(
+        "nested".into(),
+        json!({"a": "\"quoted\"\n", "b": [1, {"x": 1, "y": 2}]}),
+    );
+    let mut cheaper = rich.clone();
+    cheaper.amount = "1".parse().unwrap();
+
+    let mut bare = payment.clone();
+    bare.resource = None;
+    bare.extensions = None;
+    let mut full = payment.clone();
+    full.extensions = Some(
+        json!({"payment-identifier": {"info": {"id": "pay_0123456789abcdef"}}})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    full.other
+        .insert("buyerNote".into(), json!({"z": 1, "a": 2}));
+
+    for requirement in [&accepted, &rich] {
+        for echoed in [&accepted, &rich, &reordered, &nested_reordered, &cheaper] {
+            for base in [&payment, &bare, &full] {
+                let mut payment = base.clone();
+                payment.accepted = echoed.clone();
+                let payment = PaymentPayload::V2(payment);
+                let requirements = PaymentRequirements::V2(requirement.clone());
+                let written = WrittenRequirement::new(requirements.clone());
+                let prepared = PreparedRequest::with_written(payment.clone(), &written).unwrap();
+                let request = FacilitatorRequest::new(payment, requirements).unwrap();
+                assert_eq!(*prepared, request);
+                assert_eq!(
+                    String::from_utf8(prepared.body().unwrap().to_vec()).unwrap(),
+                    serde_json::to_string(&request).unwrap()
+                );
+            }
+        }
+    }
+}
+
+/// A requirement of one version and a payment of the other make no request.
+#[test]
+fn a_written_requirement_pairs_only_with_its_version() {
+    let (_, accepted) = v2_vector();
+    let v1 = raw_json(&headers("v1", "X-PAYMENT")[0]);
+    let v1 = PaymentPayload::from_value(v1).unwrap();
+    let written = WrittenRequirement::new(PaymentRequirements::V2(accepted));
+    assert!(PreparedRequest::with_written(v1, &written).is_none());
+}
+
 /// Bodies are written through a per-thread scratch buffer: each is exactly
 /// its request's JSON, whatever was written before it on the thread, and a
 /// body larger than the buffer keeps does not leave its room behind.
