@@ -363,9 +363,10 @@ for ROUND in $(seq 1 "$ROUNDS"); do
 
     if [ "$REDIS_OK" = 1 ]; then
         if want session-floor; then
-            log "round $ROUND/$ROUNDS, 6/8 session floor: one Redis redemption per call from a bare handler, no engine"
-            start_server session-floor session-floor REDIS_URL="$REDIS_URL"
-            run_load session-floor --mode plain --path /session/demo --duration "$DURATION" --expect 200
+            log "round $ROUND/$ROUNDS, 6/8 session floor: the token read and hashed, one Redis redemption per call, from a bare handler, no engine ($SESSIONS sessions opened first)"
+            start_server session-floor session-floor REDIS_URL="$REDIS_URL" BENCH_SESSIONS="$SESSIONS"
+            run_load session-floor --mode session --tokens-from /__bench/sessions --path /session/demo \
+                --duration "$DURATION" --expect 200
             stop_server
         fi
 

@@ -30,6 +30,10 @@ pub fn floor_request(
 /// Where the bench server answers its allocation counts.
 pub const ALLOCATIONS_PATH: &str = "/__bench/allocations";
 
+/// Where the session floor lists the sessions it opened (one token a line,
+/// the calls each has in `X-PAYMENT-SESSION-REMAINING`).
+pub const SESSIONS_PATH: &str = "/__bench/sessions";
+
 /// The line prefix the bench server prints once it listens.
 pub const LISTENING: &str = "listening on http://";
 

@@ -10,11 +10,14 @@
 //!   headers and body, asked of the app in-process once, for this server's
 //!   address), answered by a bare handler as a pre-built response: what any
 //!   402 of those bytes costs to serve, with no engine behind it.
-//! - `session-floor`: `GET /session/demo` answers the paid handler's body
-//!   after one session redemption in Redis (`RedisSessionStore::redeem` on
-//!   one of 64 sessions opened at start, at `REDIS_URL`), with the remaining
-//!   count in `X-PAYMENT-SESSION-REMAINING`: the round trip every redeemed
-//!   call needs, with no engine behind it.
+//! - `session-floor`: `GET /session/demo` with an `X-PAYMENT-SESSION` token
+//!   answers the paid handler's body after one session redemption in Redis
+//!   (the token parsed and hashed, then `RedisSessionStore::redeem`, at
+//!   `REDIS_URL`), with the remaining count in `X-PAYMENT-SESSION-REMAINING`:
+//!   what every redeemed call needs, with no engine behind it. It opens
+//!   `BENCH_SESSIONS` sessions (default 1 000) of `BENCH_SESSION_CALLS`
+//!   calls (default 99, what a bought session has left) at start and lists
+//!   their tokens at `GET /__bench/sessions`, for `loadgen --tokens-from`.
 //!
 //! - `paid-http-floor`: `GET /exact/evm/eip3009` with a `PAYMENT-SIGNATURE`
 //!   makes the two calls any seller makes through an HTTP facilitator
@@ -53,10 +56,7 @@
 use std::{
     io::Write as _,
     net::SocketAddr,
-    sync::{
-        atomic::{AtomicUsize, Ordering},
-        Arc,
-    },
+    sync::Arc,
     time::{SystemTime, UNIX_EPOCH},
 };
 
@@ -72,10 +72,12 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use tower::ServiceExt;
 use x402_core::session::{
-    Redemption, RedisSessionStore, SessionRecord, SessionStore, SessionToken,
+    Redemption, RedisSessionStore, SessionRecord, SessionStore, SessionToken, X_PAYMENT_SESSION,
     X_PAYMENT_SESSION_REMAINING,
 };
-use x402_loadgen::{counting::Counting, env_or, payer, stop_signal, ALLOCATIONS_PATH, LISTENING};
+use x402_loadgen::{
+    counting::Counting, env_or, payer, stop_signal, ALLOCATIONS_PATH, LISTENING, SESSIONS_PATH,
+};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -194,37 +196,57 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "session-floor" => {
             let url = std::env::var("REDIS_URL").map_err(|_| "session-floor needs REDIS_URL")?;
             let store = Arc::new(RedisSessionStore::connect(&url).await?);
+            let sessions: usize = env_or("BENCH_SESSIONS", 1000);
+            let calls: u64 = env_or("BENCH_SESSION_CALLS", 99);
             let now = unix_now();
-            let mut tokens = Vec::new();
-            for _ in 0..64 {
-                let token = SessionToken::generate().hash();
+            let mut listed = String::new();
+            for _ in 0..sessions.max(1) {
+                let token = SessionToken::generate();
                 let record = SessionRecord {
                     scope: "demo".into(),
-                    remaining: 1_000_000_000,
+                    remaining: calls,
                     expires_at: now + 3600,
                 };
-                store.open(&token, record).await?;
-                tokens.push(token);
+                store.open(&token.hash(), record).await?;
+                listed.push_str(token.expose());
+                listed.push('\n');
             }
-            let tokens = Arc::new(tokens);
-            let next = Arc::new(AtomicUsize::new(0));
-            let router = Router::new().route(
-                "/session/demo",
-                get(move || {
-                    let (store, tokens, next) = (store.clone(), tokens.clone(), next.clone());
-                    async move {
-                        let token = &tokens[next.fetch_add(1, Ordering::Relaxed) % tokens.len()];
-                        match store.redeem(token, "demo", unix_now()).await {
-                            Ok(Redemption::Redeemed { remaining }) => (
-                                [(X_PAYMENT_SESSION_REMAINING, remaining.to_string())],
-                                paid_body().await,
-                            )
-                                .into_response(),
-                            _ => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+            let router = Router::new()
+                .route(
+                    "/session/demo",
+                    get(move |headers: HeaderMap| {
+                        // What any redemption does first: the buyer's token
+                        // read from its header and hashed. The request is
+                        // let go before the store call, as a bare handler's.
+                        let token = headers
+                            .get(X_PAYMENT_SESSION)
+                            .and_then(|v| v.to_str().ok())
+                            .and_then(SessionToken::parse)
+                            .map(|token| token.hash());
+                        drop(headers);
+                        let store = Arc::clone(&store);
+                        async move {
+                            let Some(token) = token else {
+                                return StatusCode::PAYMENT_REQUIRED.into_response();
+                            };
+                            match store.redeem(&token, "demo", unix_now()).await {
+                                Ok(Redemption::Redeemed { remaining }) => (
+                                    [(X_PAYMENT_SESSION_REMAINING, remaining.to_string())],
+                                    paid_body().await,
+                                )
+                                    .into_response(),
+                                _ => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                            }
                         }
-                    }
-                }),
-            );
+                    }),
+                )
+                .route(
+                    SESSIONS_PATH,
+                    get(move || {
+                        let listed = listed.clone();
+                        async move { ([(X_PAYMENT_SESSION_REMAINING, calls.to_string())], listed) }
+                    }),
+                );
             serve(listener, router).await?;
         }
         "paid-http-floor" => {

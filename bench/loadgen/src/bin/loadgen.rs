@@ -4,7 +4,8 @@
 //! ```text
 //! loadgen --addr 127.0.0.1:PORT --path /exact/evm/eip3009 --mode MODE
 //!         [--duration 10] [--connections 32] [--max-requests N] [--rate R]
-//!         [--payers 64] [--seed 402] [--sessions 400] [--expect 200]
+//!         [--payers 64] [--seed 402] [--sessions 400] [--tokens-from PATH]
+//!         [--expect 200]
 //!         [--valid-for SECS]
 //!         [--label NAME] [--server-pid PID [--sample-every SECS]]
 //!
@@ -24,7 +25,10 @@
 //!   the server's state for it can expire during a long run;
 //! - `session`: set-up buys `--sessions` prepaid sessions (each a paid
 //!   request for the session offer in the challenge's `extensions.session`),
-//!   then every request redeems one call with `X-PAYMENT-SESSION`;
+//!   then every request redeems one call with `X-PAYMENT-SESSION`; with
+//!   `--tokens-from PATH`, the sessions are the ones the server lists at
+//!   `PATH` instead (one token a line, the calls each has in
+//!   `X-PAYMENT-SESSION-REMAINING`), as the session floor opens its own;
 //! - `batch`: one batch-settlement channel per connection: set-up opens each
 //!   with its deposit call and pre-signs `--max-requests / --connections`
 //!   cumulative vouchers per channel; then each connection sends its
@@ -80,6 +84,7 @@ struct Args {
     payers: u64,
     seed: u64,
     sessions: usize,
+    tokens_from: Option<String>,
     expect: u16,
     server_pid: Option<u32>,
     sample_every: f64,
@@ -115,6 +120,7 @@ fn parse_args() -> Result<Args, Error> {
         payers: get("payers", "64").parse::<u64>()?.max(1),
         seed: get("seed", "402").parse()?,
         sessions: get("sessions", "400").parse()?,
+        tokens_from: map.get("tokens-from").cloned(),
         expect: get("expect", "200").parse()?,
         server_pid: map.get("server-pid").map(|v| v.parse()).transpose()?,
         sample_every: get("sample-every", "0").parse()?,
@@ -313,6 +319,37 @@ impl Work {
             Self::Batch(_) => None,
         })
     }
+}
+
+/// The sessions a floor server opened itself, listed at `path` (one token a
+/// line, the calls each has in `X-PAYMENT-SESSION-REMAINING`): the same
+/// redemptions as bought sessions, with no purchase.
+async fn opened_sessions(
+    args: &Args,
+    host: &HeaderValue,
+    path: &str,
+) -> Result<(Vec<HeaderValue>, usize), Error> {
+    let mut sender = connect(args.addr).await?;
+    let request = Request::get(path)
+        .header(HOST, host)
+        .body(Empty::<Bytes>::new())?;
+    sender.ready().await?;
+    let response = sender.send_request(request).await?;
+    let calls = response
+        .headers()
+        .get(X_PAYMENT_SESSION_REMAINING)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .ok_or("the session list says no call count")?;
+    let body = response.into_body().collect().await?.to_bytes();
+    let tokens = std::str::from_utf8(&body)?
+        .lines()
+        .map(HeaderValue::from_str)
+        .collect::<Result<Vec<_>, _>>()?;
+    if tokens.is_empty() || calls == 0 {
+        return Err(format!("no session listed at {path}").into());
+    }
+    Ok((tokens, calls))
 }
 
 /// Buys `count` sessions on the route; returns the tokens and the calls each
@@ -541,7 +578,10 @@ async fn run(args: Args) -> Result<Value, Error> {
             }
         }
         "session" => {
-            let (tokens, calls) = buy_sessions(&args, &host, args.sessions).await?;
+            let (tokens, calls) = match &args.tokens_from {
+                Some(path) => opened_sessions(&args, &host, path).await?,
+                None => buy_sessions(&args, &host, args.sessions).await?,
+            };
             Work::Session { tokens, calls }
         }
         "batch" => {
