@@ -51,8 +51,8 @@ pub struct VerifiedPayment {
 pub struct SessionCall {
     /// Calls left after this one.
     pub remaining: u64,
-    /// The session's scope.
-    pub scope: String,
+    /// The session's scope, shared with the route's session offer.
+    pub scope: SharedStr,
 }
 
 /// An immutable string shared by reference count: cloning it copies no

@@ -499,7 +499,7 @@ impl Engine {
             meter: None,
             session: Some(SessionCall {
                 remaining,
-                scope: scope.to_string(),
+                scope: scope.clone(),
             }),
             sign_in: None,
         };
