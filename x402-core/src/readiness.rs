@@ -93,7 +93,10 @@
 
 use std::{
     collections::BTreeMap,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{
+        atomic::{AtomicU64, AtomicU8, Ordering},
+        Arc,
+    },
     time::{Duration, Instant},
 };
 
@@ -215,9 +218,17 @@ fn decimal_or_null<S: Serializer>(value: &Option<U256>, serializer: S) -> Result
 
 /// What the engine saw of the facilitator on payments' paths, and its last
 /// probe (shared by every caller of the cached probe).
+///
+/// Every paid request records its facilitator calls here, from every worker
+/// thread: a record reads two atomics and writes only what changed (the
+/// second of the last answer, at most once a second, and the last error),
+/// so that requests do not pass one cache line (or a lock) between cores.
 #[derive(Debug, Default)]
 pub(crate) struct Observed {
-    last: Mutex<LastCall>,
+    /// Unix seconds of the last answer; 0 for none.
+    answered_at: AtomicU64,
+    /// The last call's error ([`error_code`]); 0 once a call answered.
+    error: AtomicU8,
     /// The last probe, for [`Engine::readiness_at_most_every`](crate::Engine).
     pub(crate) probe: tokio::sync::Mutex<Option<(Instant, Arc<Readiness>)>>,
 }
@@ -228,22 +239,59 @@ struct LastCall {
     error: Option<FacilitatorErrorKind>,
 }
 
+/// Every error kind, by its code less one (see [`error_code`]).
+const ERROR_KINDS: [FacilitatorErrorKind; 7] = [
+    FacilitatorErrorKind::Transport,
+    FacilitatorErrorKind::Timeout,
+    FacilitatorErrorKind::Status,
+    FacilitatorErrorKind::Malformed,
+    FacilitatorErrorKind::Unrouted,
+    FacilitatorErrorKind::SettlementPending,
+    FacilitatorErrorKind::Other,
+];
+
+/// An error kind as a non-zero byte.
+fn error_code(kind: FacilitatorErrorKind) -> u8 {
+    match kind {
+        FacilitatorErrorKind::Transport => 1,
+        FacilitatorErrorKind::Timeout => 2,
+        FacilitatorErrorKind::Status => 3,
+        FacilitatorErrorKind::Malformed => 4,
+        FacilitatorErrorKind::Unrouted => 5,
+        FacilitatorErrorKind::SettlementPending => 6,
+        FacilitatorErrorKind::Other => 7,
+    }
+}
+
 impl Observed {
     /// Records the outcome of a facilitator call made for payments.
     pub(crate) fn record<T>(&self, answer: &Result<T, FacilitatorError>) {
-        // Plain values: a panic elsewhere cannot leave them half-written.
-        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
         match answer {
             Ok(_) => {
-                last.answered_at = Some(crate::unix::now());
-                last.error = None;
+                let now = crate::unix::now();
+                if self.answered_at.load(Ordering::Relaxed) < now {
+                    self.answered_at.fetch_max(now, Ordering::Relaxed);
+                }
+                if self.error.load(Ordering::Relaxed) != 0 {
+                    self.error.store(0, Ordering::Relaxed);
+                }
             }
-            Err(error) => last.error = Some(error.kind()),
+            Err(error) => self
+                .error
+                .store(error_code(error.kind()), Ordering::Relaxed),
         }
     }
 
     fn last(&self) -> LastCall {
-        *self.last.lock().unwrap_or_else(PoisonError::into_inner)
+        let answered_at = self.answered_at.load(Ordering::Relaxed);
+        let error = self.error.load(Ordering::Relaxed);
+        LastCall {
+            answered_at: (answered_at != 0).then_some(answered_at),
+            error: usize::from(error)
+                .checked_sub(1)
+                .and_then(|i| ERROR_KINDS.get(i))
+                .copied(),
+        }
     }
 }
 
@@ -334,6 +382,37 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    /// What payments' calls saw reads back as recorded: the last answer's
+    /// second, and the last error until a call answers again, for every
+    /// kind of error.
+    #[test]
+    fn observed_calls_read_back_as_recorded() {
+        let observed = Observed::default();
+        assert!(observed.last().answered_at.is_none());
+        assert!(observed.last().error.is_none());
+
+        let before = crate::unix::now();
+        observed.record(&Ok::<(), FacilitatorError>(()));
+        let answered = observed.last().answered_at.unwrap();
+        assert!(answered >= before && answered <= crate::unix::now());
+
+        for (i, kind) in ERROR_KINDS.iter().enumerate() {
+            assert_eq!(usize::from(error_code(*kind)), i + 1);
+        }
+        for error in [
+            FacilitatorError::Timeout,
+            FacilitatorError::Malformed("not json".into()),
+        ] {
+            let kind = error.kind();
+            observed.record(&Err::<(), _>(error));
+            let last = observed.last();
+            assert_eq!(last.error, Some(kind));
+            assert_eq!(last.answered_at, Some(answered));
+        }
+        observed.record(&Ok::<(), FacilitatorError>(()));
+        assert!(observed.last().error.is_none());
+    }
 
     #[test]
     fn serialises_in_camel_case_with_decimal_wei() {
