@@ -239,7 +239,7 @@ struct LastCall {
     error: Option<FacilitatorErrorKind>,
 }
 
-/// Every error kind, by its code less one (see [`error_code`]).
+/// Every error kind, read back from its code by [`error_code`].
 const ERROR_KINDS: [FacilitatorErrorKind; 7] = [
     FacilitatorErrorKind::Transport,
     FacilitatorErrorKind::Timeout,
@@ -287,10 +287,9 @@ impl Observed {
         let error = self.error.load(Ordering::Relaxed);
         LastCall {
             answered_at: (answered_at != 0).then_some(answered_at),
-            error: usize::from(error)
-                .checked_sub(1)
-                .and_then(|i| ERROR_KINDS.get(i))
-                .copied(),
+            error: ERROR_KINDS
+                .into_iter()
+                .find(|kind| error_code(*kind) == error),
         }
     }
 }
@@ -397,8 +396,12 @@ mod tests {
         let answered = observed.last().answered_at.unwrap();
         assert!(answered >= before && answered <= crate::unix::now());
 
-        for (i, kind) in ERROR_KINDS.iter().enumerate() {
-            assert_eq!(usize::from(error_code(*kind)), i + 1);
+        // Every kind reads back as itself: its code is its own, and never
+        // the "no error" 0.
+        for kind in ERROR_KINDS {
+            assert_ne!(error_code(kind), 0);
+            observed.error.store(error_code(kind), Ordering::Relaxed);
+            assert_eq!(observed.last().error, Some(kind));
         }
         for error in [
             FacilitatorError::Timeout,

@@ -512,7 +512,7 @@ impl PreparedRequest {
         // run included: it holds what it uses, not the room it was written
         // in (see `json_body`).
         let body = match &self.requirement_json {
-            Some(requirement) => write_body(&WrittenWire {
+            Some(requirement) => json_body(&WrittenWire {
                 request: &self.request,
                 requirement,
             })?,
@@ -522,17 +522,14 @@ impl PreparedRequest {
     }
 }
 
-/// `request`'s JSON body, exactly its length: written into the thread's
+/// A request's JSON body (`body`), exactly its length: written into the thread's
 /// scratch buffer, then copied once. A fresh vector would be
 /// grown or over-reserved, and shrinking it reallocates; a body (1.3 to
 /// 2 kB) is larger than glibc's allocator serves from the thread's own
 /// cache, so each of those steps takes the arena's lock.
-pub(crate) fn json_body(request: &FacilitatorRequest) -> Result<bytes::Bytes, serde_json::Error> {
-    write_body(request)
-}
-
-/// Writes `body` as JSON, exactly its length (see [`json_body`]).
-fn write_body<T: Serialize + ?Sized>(body: &T) -> Result<bytes::Bytes, serde_json::Error> {
+pub(crate) fn json_body<T: Serialize + ?Sized>(
+    body: &T,
+) -> Result<bytes::Bytes, serde_json::Error> {
     let body = SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
         Ok(mut scratch) => {
             scratch.clear();
