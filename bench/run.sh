@@ -19,7 +19,9 @@
 #                      each valid for this many seconds
 #   CONNECTIONS=32     concurrent keep-alive connections
 #   LOADGEN_THREADS=1  tokio worker threads of the load generator
-#   PAID_MAX=60000     pre-signed payments per paid path (caps the request count)
+#   PAID_MAX=60000     pre-signed payments per paid path (caps the request count,
+#                      and with it the claims held: the RSS target is for about
+#                      as many payments as the issue's own 10 s phases made)
 #   SESSIONS=4000      sessions bought before the redemption run (99 calls each)
 #   PAYERS=64          funded payers on the dev ledger
 #   REDIS_URL=redis://127.0.0.1:6379   used if it answers; else a private

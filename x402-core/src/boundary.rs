@@ -111,7 +111,13 @@ pub(crate) fn lookup<'a, T>(
         })
     };
     if let Some(template) = template {
-        if let Some((i, _)) = candidates().find(|(_, p)| covers_template(p, template)) {
+        // Read once, for every route it is checked against.
+        let mut parts = [TemplatePart::Param; MAX_READ_PARTS];
+        let found = match read_template(template, &mut parts) {
+            Some(read) => candidates().find(|(_, p)| covers_parts(p, read.iter().copied())),
+            None => candidates().find(|(_, p)| covers_template(p, template)),
+        };
+        if let Some((i, _)) = found {
             return Lookup::Protected(i);
         }
     }
@@ -139,15 +145,22 @@ pub(crate) fn lookup<'a, T>(
 /// (`:id`, `*`): a segment holding a `{` is a parameter, or a wildcard when
 /// it is `{*name}`, ends with `*`, or carries a regex that may match `/`.
 pub(crate) fn covers_template(pattern: &PathPattern, template: &str) -> bool {
-    let mut parts = template.split('/').filter(|s| !s.is_empty());
+    covers_parts(pattern, template_parts(template))
+}
+
+/// [`covers_template`] for a template already split into its parts.
+fn covers_parts<'t>(
+    pattern: &PathPattern,
+    mut parts: impl Iterator<Item = TemplatePart<'t>>,
+) -> bool {
     for segment in pattern.segments() {
         match segment {
             Segment::Rest(_) => return true,
-            Segment::Param(_) => match parts.next().map(TemplatePart::of) {
+            Segment::Param(_) => match parts.next() {
                 Some(TemplatePart::Literal(_) | TemplatePart::Param) => {}
                 Some(TemplatePart::Rest) | None => return false,
             },
-            Segment::Literal(literal) => match parts.next().map(TemplatePart::of) {
+            Segment::Literal(literal) => match parts.next() {
                 Some(TemplatePart::Literal(raw)) if decoded_eq(raw, literal) => {}
                 _ => return false,
             },
@@ -156,7 +169,33 @@ pub(crate) fn covers_template(pattern: &PathPattern, template: &str) -> bool {
     parts.next().is_none()
 }
 
+/// The parts of a router template, in order (empty segments skipped).
+fn template_parts(template: &str) -> impl Iterator<Item = TemplatePart<'_>> {
+    template
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(TemplatePart::of)
+}
+
+/// How many parts of a router template [`lookup`] reads once; a template
+/// with more is read again for each route.
+const MAX_READ_PARTS: usize = 16;
+
+/// `template`'s parts, read into `parts`; `None` when it has more.
+fn read_template<'p, 't>(
+    template: &'t str,
+    parts: &'p mut [TemplatePart<'t>; MAX_READ_PARTS],
+) -> Option<&'p [TemplatePart<'t>]> {
+    let mut len = 0;
+    for part in template_parts(template) {
+        *parts.get_mut(len)? = part;
+        len += 1;
+    }
+    Some(&parts[..len])
+}
+
 /// One segment of a router's template.
+#[derive(Clone, Copy)]
 enum TemplatePart<'a> {
     Literal(&'a str),
     Param,
@@ -192,7 +231,9 @@ impl<'a> TemplatePart<'a> {
 /// Whether a raw segment, percent-decoded, is `literal` (already decoded
 /// and ASCII-lowercased), ignoring ASCII case.
 fn decoded_eq(raw: &str, literal: &str) -> bool {
-    if raw.contains('%') {
+    // A byte scan: segments are short, and `contains('%')` sets up a
+    // searcher for each.
+    if raw.bytes().any(|b| b == b'%') {
         percent_decode(raw).eq_ignore_ascii_case(literal)
     } else {
         raw.eq_ignore_ascii_case(literal)

@@ -15,11 +15,14 @@ use crate::UPTO_CHARGE;
 /// ([`AppState::count_run`](crate::AppState::count_run)).
 pub fn exact_body(payment: &VerifiedPayment, run: u64) -> Value {
     tracing::info!(payer = ?payment.payer, amount = %payment.amount, run, "paid call");
-    let mut body = message_body("Paid content: exact (EIP-3009)");
-    if let Value::Object(map) = &mut body {
-        map.insert("run".into(), json!(run));
-    }
-    body
+    exact_call_body(run)
+}
+
+/// What [`exact_body`] answers, without its log line: the body alone, for
+/// servers that answer the same JSON with no [`VerifiedPayment`] at hand
+/// (the benchmark's floors).
+pub fn exact_call_body(run: u64) -> Value {
+    with_run(message_body("Paid content: exact (EIP-3009)"), run)
 }
 
 /// `GET /upto/evm/permit2`: reports what the call cost through the `meter`
@@ -53,9 +56,15 @@ fn with_run(mut body: Value, run: u64) -> Value {
 /// `sessionCallsRemaining` when the call was redeemed from a session, and
 /// `"run": run`.
 pub fn session_body(payment: &VerifiedPayment, run: u64) -> Value {
+    session_call_body(payment.session.as_ref().map(|call| call.remaining), run)
+}
+
+/// What [`session_body`] answers for a call with `remaining` session calls
+/// left (`None`: paid per call), from the count alone.
+pub fn session_call_body(remaining: Option<u64>, run: u64) -> Value {
     let mut body = with_run(message_body("Paid content: session demo"), run);
-    if let (Some(call), Value::Object(map)) = (&payment.session, &mut body) {
-        map.insert("sessionCallsRemaining".into(), json!(call.remaining));
+    if let (Some(remaining), Value::Object(map)) = (remaining, &mut body) {
+        map.insert("sessionCallsRemaining".into(), json!(remaining));
     }
     body
 }

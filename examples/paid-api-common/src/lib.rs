@@ -76,8 +76,8 @@ mod state;
 
 pub use self::batch::{BatchConfig, BATCH_CEILING};
 pub use self::body::{
-    batch_body, close_body, exact_body, health_body, message_body, session_body, siwx_body,
-    timestamp, upto_body,
+    batch_body, close_body, exact_body, exact_call_body, health_body, message_body, session_body,
+    session_call_body, siwx_body, timestamp, upto_body,
 };
 pub(crate) use self::config::config_error;
 pub use self::config::{

@@ -317,3 +317,39 @@ proptest! {
         prop_assert_eq!(found, matched.map_or(Lookup::Free, Lookup::Protected));
     }
 }
+
+fn template() -> impl Strategy<Value = String> {
+    let part = prop_oneof![
+        segment(),
+        Just("{id}".to_owned()),
+        Just("{*rest}".to_owned()),
+        Just(":id".to_owned()),
+        Just("{tail}*".to_owned()),
+        Just("{x:.*}".to_owned()),
+        Just("*".to_owned()),
+    ];
+    // Past `ReadTemplate::MAX` parts as well, where it is read per route.
+    prop::collection::vec(part, 0..20).prop_map(|parts| format!("/{}", parts.join("/")))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    /// A template read once finds the route that reading it against each
+    /// route in turn finds.
+    #[test]
+    fn a_template_read_once_finds_what_each_route_finds(template in template()) {
+        let routes = routes();
+        for method in [Method::GET, Method::POST] {
+            let expected = routes
+                .iter()
+                .find(|r| {
+                    r.allows(&method)
+                        && r.pattern.as_ref().is_ok_and(|p| covers_template(p, &template))
+                })
+                .map_or(Lookup::Free, |r| protected(r.pattern()));
+            // A path no route covers: only the template can protect it.
+            prop_assert_eq!(find_as(&method, "/nothing-here", Some(&template)), expected);
+        }
+    }
+}

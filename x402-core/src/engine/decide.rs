@@ -64,20 +64,13 @@ impl Engine {
             }
         };
 
-        // Payment header: v2 wins when both are sent; the version inside decides.
-        let header = request
-            .headers
-            .get(codec::PAYMENT_SIGNATURE)
-            .or_else(|| request.headers.get(codec::X_PAYMENT));
+        let sent = Sent::of(request.headers);
+        let header = sent.payment();
 
         // A buyer that paid before signs in instead (sign-in-with-x); a
         // refused proof gets the challenge, unless a payment came with it.
         let mut sign_in_refusal = None;
-        if let Some(proof) = route
-            .sign_in_with_x
-            .as_ref()
-            .and(request.headers.get(crate::siwx::SIGN_IN_WITH_X_HEADER))
-        {
+        if let Some(proof) = route.sign_in_with_x.as_ref().and(sent.sign_in) {
             match Box::pin(self.sign_in(compiled, &resolved, &request, proof)).await {
                 Ok(paid) => return Decision::Paid(paid).into(),
                 Err(refusal @ Refusal::Unavailable { .. }) => {
@@ -93,9 +86,7 @@ impl Engine {
 
         // A prepaid session call needs no payment.
         let mut session_refusal = None;
-        if let (Some(scope), Some(token)) =
-            (resolved.scope(), request.headers.get(X_PAYMENT_SESSION))
-        {
+        if let (Some(scope), Some(token)) = (resolved.scope(), sent.session) {
             match Box::pin(self.redeem(compiled, &resolved, scope, token)).await {
                 Ok(paid) => return Decision::Paid(paid).into(),
                 Err(Refusal::Unavailable {

@@ -320,9 +320,7 @@ impl PaidRequest {
             Kind::Session { remaining, .. } => {
                 self.finished = true;
                 response::expose(headers);
-                if let Ok(v) = HeaderValue::try_from(remaining.to_string()) {
-                    headers.insert(X_PAYMENT_SESSION_REMAINING, v);
-                }
+                headers.insert(X_PAYMENT_SESSION_REMAINING, HeaderValue::from(*remaining));
                 return Completion::Deliver;
             }
             Kind::Payment(state) => state,

@@ -5,13 +5,15 @@
 //!   `BENCH_PAYERS` payers (default 64) derived from `BENCH_SEED` funded
 //!   before it listens.
 //! - `baseline`: the same routes' handler body (the JSON `paid-api` answers a
-//!   paid call with) on a bare axum router: no paywall layer at all.
+//!   paid call with, its run counted as paid-api counts it) on a bare axum
+//!   router: no paywall layer at all.
 //! - `challenge-floor`: paid-api's 402 for `GET /exact/evm/eip3009` (status,
 //!   headers and body, asked of the app in-process once, for this server's
 //!   address), answered by a bare handler as a pre-built response: what any
 //!   402 of those bytes costs to serve, with no engine behind it.
 //! - `session-floor`: `GET /session/demo` with an `X-PAYMENT-SESSION` token
-//!   answers the paid handler's body after one session redemption in Redis
+//!   answers paid-api's session body (`paid_api_common::session_call_body`:
+//!   its run counted, the calls left) after one session redemption in Redis
 //!   (the token parsed and hashed, then `RedisSessionStore::redeem`, at
 //!   `REDIS_URL`), with the remaining count in `X-PAYMENT-SESSION-REMAINING`:
 //!   what every redeemed call needs, with no engine behind it. It opens
@@ -56,7 +58,10 @@
 use std::{
     io::Write as _,
     net::SocketAddr,
-    sync::Arc,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
     time::{SystemTime, UNIX_EPOCH},
 };
 
@@ -104,12 +109,19 @@ async fn serve(
     Ok(())
 }
 
+/// How many paid calls this server answered: paid-api's handlers count
+/// their runs into their bodies, and so do the bare ones here.
+static RUNS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one more run, as `paid_api_common::Runs::count` does.
+fn count_run() -> u64 {
+    RUNS.fetch_add(1, Ordering::SeqCst) + 1
+}
+
 /// The body paid-api's `exact` handler answers (`paid_api_common::exact_body`
-/// without its log line).
+/// without its log line), its run counted.
 async fn paid_body() -> Json<Value> {
-    Json(paid_api_common::message_body(
-        "Paid content: exact (EIP-3009)",
-    ))
+    Json(paid_api_common::exact_call_body(count_run()))
 }
 
 async fn health() -> Json<Value> {
@@ -232,7 +244,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                             match store.redeem(&token, "demo", unix_now()).await {
                                 Ok(Redemption::Redeemed { remaining }) => (
                                     [(X_PAYMENT_SESSION_REMAINING, remaining.to_string())],
-                                    paid_body().await,
+                                    // paid-api's session body, run counted.
+                                    Json(paid_api_common::session_call_body(
+                                        Some(remaining),
+                                        count_run(),
+                                    )),
                                 )
                                     .into_response(),
                                 _ => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
