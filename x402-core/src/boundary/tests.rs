@@ -328,7 +328,7 @@ fn template() -> impl Strategy<Value = String> {
         Just("{x:.*}".to_owned()),
         Just("*".to_owned()),
     ];
-    // Past `ReadTemplate::MAX` parts as well, where it is read per route.
+    // Past `MAX_READ_PARTS` parts as well, where it is read per route.
     prop::collection::vec(part, 0..20).prop_map(|parts| format!("/{}", parts.join("/")))
 }
 
