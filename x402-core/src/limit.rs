@@ -122,7 +122,10 @@ use std::{
 
 use http::{HeaderMap, HeaderName};
 
-use crate::{codec, route::RequestView, swept::SweptMap};
+use crate::{
+    route::{RequestView, Sent},
+    swept::SweptMap,
+};
 
 /// The default of [`RateLimit::max_clients`].
 pub const DEFAULT_MAX_CLIENTS: usize = 100_000;
@@ -362,10 +365,7 @@ impl Limits {
     /// draws on none (no such budget, no key), `Err(retry_after)` when the
     /// client has nothing left.
     pub(crate) fn admit(&self, request: &RequestView<'_>) -> Result<Option<Held>, Duration> {
-        let headers = request.headers;
-        let (budget, limiter) = if headers.contains_key(codec::PAYMENT_SIGNATURE)
-            || headers.contains_key(codec::X_PAYMENT)
-        {
+        let (budget, limiter) = if Sent::of(request.headers).payment().is_some() {
             (Budget::FailedPayments, &self.failed_payments)
         } else {
             (Budget::Challenges, &self.challenges)

@@ -268,6 +268,7 @@ pub use self::offer::{Asset, IntoPrice, Offer, DEFAULT_MAX_TIMEOUT_SECONDS, EXAC
 pub(crate) use self::pattern::{percent_decode, Segment};
 pub use self::pattern::{PathPattern, PatternError};
 pub use self::session_offer::SessionOffer;
+pub(crate) use self::view::Sent;
 pub use self::view::{RequestInfo, RequestView};
 
 #[cfg(test)]

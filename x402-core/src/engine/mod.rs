@@ -71,8 +71,8 @@ use crate::{
         v2, FacilitatorRequest, JsonObject, PaymentPayload, PaymentRequirements, PreparedRequest,
         SupportedResponse, VerifyResponse, X402Version,
     },
-    route::{Offer, PatternError, Pricing, RequestView, Route, SettlementTiming, UPTO},
-    session::{MemorySessionStore, Redemption, SessionStore, SessionToken, X_PAYMENT_SESSION},
+    route::{Offer, PatternError, Pricing, RequestView, Route, Sent, SettlementTiming, UPTO},
+    session::{MemorySessionStore, Redemption, SessionStore, SessionToken},
 };
 
 mod batch;

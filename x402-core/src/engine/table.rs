@@ -324,45 +324,6 @@ pub(super) fn resource_for(route: &Route, url: RequestUrl<'_>) -> v2::ResourceIn
     }
 }
 
-/// The headers a payment, a session call and a sign-in come in, found in
-/// one pass over the request's headers: a lookup by name hashes the name,
-/// and a request carries a handful of headers. Each is the first value sent
-/// under its name, as [`HeaderMap::get`] would give it.
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct Sent<'a> {
-    signature: Option<&'a HeaderValue>,
-    x_payment: Option<&'a HeaderValue>,
-    pub(super) session: Option<&'a HeaderValue>,
-    pub(super) sign_in: Option<&'a HeaderValue>,
-}
-
-impl<'a> Sent<'a> {
-    pub(super) fn of(headers: &'a HeaderMap) -> Self {
-        let mut sent = Self::default();
-        for (name, value) in headers {
-            let slot = if *name == codec::PAYMENT_SIGNATURE {
-                &mut sent.signature
-            } else if *name == codec::X_PAYMENT {
-                &mut sent.x_payment
-            } else if *name == X_PAYMENT_SESSION {
-                &mut sent.session
-            } else if *name == crate::siwx::SIGN_IN_WITH_X_HEADER {
-                &mut sent.sign_in
-            } else {
-                continue;
-            };
-            slot.get_or_insert(value);
-        }
-        sent
-    }
-
-    /// The payment header: `PAYMENT-SIGNATURE` wins when both are sent (the
-    /// version inside decides).
-    pub(super) fn payment(&self) -> Option<&'a HeaderValue> {
-        self.signature.or(self.x_payment)
-    }
-}
-
 /// The 402 for an unpaid request when it is ready-made: no payment header,
 /// no session token for the route, no per-request bazaar or sign-in-with-x
 /// declaration, not a
@@ -531,58 +492,3 @@ pub(super) fn above_floors(
 /// The reason code of a request whose every dynamic offer is under its
 /// network's floor.
 const PRICE_BELOW_FLOOR: &str = "price_below_floor";
-
-#[cfg(test)]
-mod tests {
-    use http::HeaderName;
-
-    use super::*;
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in pairs {
-            map.append(
-                HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                HeaderValue::from_str(value).unwrap(),
-            );
-        }
-        map
-    }
-
-    /// One pass finds what a lookup of each name finds: the first value of
-    /// each name, whatever its case or its place among other headers.
-    #[test]
-    fn sent_headers_are_what_lookups_find() {
-        let cases = [
-            headers(&[]),
-            headers(&[("host", "a"), ("accept", "*/*")]),
-            headers(&[("Payment-Signature", "v2"), ("X-PAYMENT", "v1")]),
-            headers(&[("x-payment", "v1"), ("payment-signature", "v2")]),
-            headers(&[("x-payment", "first"), ("x-payment", "second")]),
-            headers(&[
-                ("user-agent", "t"),
-                ("X-Payment-Session", "token"),
-                ("Sign-In-With-X", "proof"),
-                ("x-payment-session", "later"),
-            ]),
-        ];
-        for map in &cases {
-            let sent = Sent::of(map);
-            let looked_up = map
-                .get(codec::PAYMENT_SIGNATURE)
-                .or_else(|| map.get(codec::X_PAYMENT));
-            assert_eq!(sent.payment(), looked_up, "{map:?}");
-            assert_eq!(sent.session, map.get(X_PAYMENT_SESSION), "{map:?}");
-            assert_eq!(
-                sent.sign_in,
-                map.get(crate::siwx::SIGN_IN_WITH_X_HEADER),
-                "{map:?}"
-            );
-        }
-        assert_eq!(
-            Sent::of(&cases[3]).payment().unwrap(),
-            "v2",
-            "PAYMENT-SIGNATURE wins over X-PAYMENT"
-        );
-    }
-}
