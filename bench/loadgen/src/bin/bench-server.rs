@@ -58,10 +58,7 @@
 use std::{
     io::Write as _,
     net::SocketAddr,
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc,
-    },
+    sync::{Arc, LazyLock},
     time::{SystemTime, UNIX_EPOCH},
 };
 
@@ -74,6 +71,7 @@ use axum::{
 use bytes::Bytes;
 use http::{header::HOST, HeaderMap, Request, StatusCode};
 use http_body_util::BodyExt;
+use paid_api_common::{PaidRoute, Runs};
 use serde_json::Value;
 use tower::ServiceExt;
 use x402_core::session::{
@@ -109,19 +107,16 @@ async fn serve(
     Ok(())
 }
 
-/// How many paid calls this server answered: paid-api's handlers count
-/// their runs into their bodies, and so do the bare ones here.
-static RUNS: AtomicU64 = AtomicU64::new(0);
-
-/// Counts one more run, as `paid_api_common::Runs::count` does.
-fn count_run() -> u64 {
-    RUNS.fetch_add(1, Ordering::SeqCst) + 1
-}
+/// How many paid calls this server answered, by route: paid-api's handlers
+/// count their runs into their bodies, and so do the bare ones here.
+static RUNS: LazyLock<Runs> = LazyLock::new(Runs::default);
 
 /// The body paid-api's `exact` handler answers (`paid_api_common::exact_body`
 /// without its log line), its run counted.
 async fn paid_body() -> Json<Value> {
-    Json(paid_api_common::exact_call_body(count_run()))
+    Json(paid_api_common::exact_call_body(
+        RUNS.count(PaidRoute::Exact),
+    ))
 }
 
 async fn health() -> Json<Value> {
@@ -247,7 +242,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                                     // paid-api's session body, run counted.
                                     Json(paid_api_common::session_call_body(
                                         Some(remaining),
-                                        count_run(),
+                                        RUNS.count(PaidRoute::Session),
                                     )),
                                 )
                                     .into_response(),
