@@ -177,86 +177,107 @@ where
         // runs on one thread, so the service is shared through an `Rc`
         // rather than cloned and swapped as tower requires (the pattern of
         // actix-session's `SessionMiddleware`).
-        let service = Rc::clone(&self.service);
-        let guard = self.guard.clone();
-        Box::pin(async move { handle(&*service, &guard, request).await })
+        Box::pin(handle(
+            Rc::clone(&self.service),
+            self.guard.clone(),
+            request,
+        ))
     }
 }
 
 /// One request through the engine: translated in, decided and finished by
 /// the engine, translated out.
-async fn handle<S, B>(
-    service: &S,
-    guard: &Guard,
+///
+/// Not an `async fn`, which would keep its arguments twice (as arguments,
+/// and moved into its body): the block uses them where it captured them.
+/// The future is boxed per request, and stays within 1 032 bytes, the
+/// largest block glibc's allocator serves from its per-thread cache
+/// (x402-core's `BoxedDecision` says why that matters).
+#[allow(clippy::manual_async_fn)] // see above
+fn handle<S, B>(
+    service: Rc<S>,
+    guard: Guard,
     request: ServiceRequest,
-) -> Result<ServiceResponse<EitherBody<B>>, actix_web::Error>
+) -> impl Future<Output = Result<ServiceResponse<EitherBody<B>>, actix_web::Error>>
 where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
     B: MessageBody,
 {
-    let peer = request.peer_addr().map(|address| address.ip());
-    let decision = match RequestHead::from_request(&request) {
-        Ok(head) => match guard.process(head.view().peer(peer)).now() {
-            Now::Decided(decision) => decision,
-            Now::Pending(pending) => pending.decide(head.view().peer(peer)).await,
-        },
-        Err(reason) => {
-            // Unreachable for anything actix-web parsed (see `convert`), and
-            // refused rather than let past the paywall unexamined.
-            tracing::warn!(
-                ?reason,
-                "x402: request not translatable for the engine; refused"
-            );
-            let response = HttpResponse::BadRequest().finish();
-            return Ok(request.into_response(response).map_into_right_body());
-        }
-    };
-    let paid = match decision {
-        Decision::Pass => {
-            return service
-                .call(request)
-                .await
-                .map(ServiceResponse::map_into_left_body)
-        }
-        Decision::Respond(response) => {
-            let (request, _) = request.into_parts();
-            return Ok(engine_response(request, response));
-        }
-        Decision::Paid(paid) => paid,
-    };
-    request.extensions_mut().insert(paid.payment().clone());
-
-    // Handler errors are mostly responses here already (status >= 400, with
-    // `response.error()` set), which the engine releases unsettled.
-    let mut kept = None;
-    let result = service.call(request).await.map(|response| {
-        let (request, response) = response.into_parts();
-        let (head, body) = response.into_parts();
-        let before = convert::headers_to_http1(head.headers());
-        let mut translated = http::Response::new(HandlerBody::new(body));
-        *translated.status_mut() = convert::status_to_http1(head.status());
-        *translated.headers_mut() = before.clone();
-        kept = Some((request, head, before));
-        translated
-    });
-    let reply = paid.finish(result).await?;
-    let Some((request, head, before)) = kept else {
-        // `finish` answers `Ok` only for a handler that answered.
-        return Err(actix_web::error::ErrorInternalServerError(""));
-    };
-    Ok(match reply {
-        Reply::Handler(response) => {
-            let (parts, body) = response.into_parts();
-            let mut head = head;
-            convert::write_back(head.headers_mut(), &before, &parts.headers);
-            let body = match body.into_inner() {
-                Ok(streamed) => EitherBody::left(streamed.into_inner()),
-                Err(held) => EitherBody::right(BoxBody::new(held)),
+    async move {
+        let peer = request.peer_addr().map(|address| address.ip());
+        // Decided in a block of its own: the translated head (488 bytes) and
+        // the engine's first step are not kept while the handler runs.
+        let decision = 'decided: {
+            let head = match RequestHead::from_request(&request) {
+                Ok(head) => head,
+                Err(reason) => {
+                    // Unreachable for anything actix-web parsed (see
+                    // `convert`), and refused rather than let past the
+                    // paywall unexamined.
+                    tracing::warn!(
+                        ?reason,
+                        "x402: request not translatable for the engine; refused"
+                    );
+                    let response = HttpResponse::BadRequest().finish();
+                    return Ok(request.into_response(response).map_into_right_body());
+                }
             };
-            ServiceResponse::new(request, head.set_body(body))
-        }
-        Reply::Engine(response) => engine_response(request, response),
-    })
+            let pending = match guard.process(head.view().peer(peer)).now() {
+                Now::Decided(decision) => break 'decided decision,
+                Now::Pending(pending) => pending,
+            };
+            // Boxed: the paths decided at once (free routes, ready 402s)
+            // should not carry room for it.
+            Box::pin(pending.decide(head.view().peer(peer))).await
+        };
+        let paid = match decision {
+            Decision::Pass => {
+                return service
+                    .call(request)
+                    .await
+                    .map(ServiceResponse::map_into_left_body)
+            }
+            Decision::Respond(response) => {
+                let (request, _) = request.into_parts();
+                return Ok(engine_response(request, response));
+            }
+            Decision::Paid(paid) => paid,
+        };
+        request.extensions_mut().insert(paid.payment().clone());
+
+        // Handler errors are mostly responses here already (status >= 400,
+        // with `response.error()` set), which the engine releases unsettled.
+        let mut kept = None;
+        let result = service.call(request).await.map(|response| {
+            let (request, response) = response.into_parts();
+            let (head, body) = response.into_parts();
+            let before = convert::headers_to_http1(head.headers());
+            let mut translated = http::Response::new(HandlerBody::new(body));
+            *translated.status_mut() = convert::status_to_http1(head.status());
+            *translated.headers_mut() = before.clone();
+            kept = Some((request, head, before));
+            translated
+        });
+        // Boxed: its state is large (as in the tower layer).
+        let reply = Box::pin(paid.finish(result)).await?;
+        let Some((request, head, before)) = kept else {
+            // `finish` answers `Ok` only for a handler that answered.
+            return Err(actix_web::error::ErrorInternalServerError(""));
+        };
+        Ok(match reply {
+            Reply::Handler(response) => {
+                let (parts, body) = response.into_parts();
+                let mut head = head;
+                convert::write_back(head.headers_mut(), &before, &parts.headers);
+                let body = match body.into_inner() {
+                    Ok(streamed) => EitherBody::left(streamed.into_inner()),
+                    Err(held) => EitherBody::right(BoxBody::new(held)),
+                };
+                ServiceResponse::new(request, head.set_body(body))
+            }
+            Reply::Engine(response) => engine_response(request, response),
+        })
+    }
 }
 
 fn engine_response<B>(

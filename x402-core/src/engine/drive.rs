@@ -155,28 +155,42 @@ impl Pending {
     /// Decides: asks the hooks, redeems a session or verifies the payment,
     /// and on routes that settle before their handler, settles. `request`
     /// must be the request [`Engine::process`] was given.
-    pub async fn decide(self, request: RequestView<'_>) -> Decision {
-        // Boxed response (`BoxedDecision`): this future keeps 16 bytes for the
-        // answer while it waits, not 144.
-        let decided = self.engine.process_route(&self.compiled, request).await;
-        let decision = Decision::from(decided);
-        if let (Some(held), Some(limits)) = (self.held, &self.engine.inner.limits) {
-            let challenged = match &decision {
-                Decision::Respond(response) => response.status() == StatusCode::PAYMENT_REQUIRED,
-                Decision::Pass | Decision::Paid(_) => false,
+    //
+    // Not an `async fn`: one keeps its arguments twice while it waits (as
+    // arguments, and moved into the body), 40 bytes here, and the tower
+    // layer's future that awaits this one has to stay within 1 032 bytes
+    // (see `BoxedDecision`). The block below uses `self` where it was
+    // captured.
+    #[allow(clippy::manual_async_fn)] // see above
+    pub fn decide<'a>(
+        self,
+        request: RequestView<'a>,
+    ) -> impl Future<Output = Decision> + Send + 'a {
+        async move {
+            // Boxed response (`BoxedDecision`): this future keeps 16 bytes for
+            // the answer while it waits, not 144.
+            let decided = self.engine.process_route(&self.compiled, request).await;
+            let decision = Decision::from(decided);
+            if let (Some(held), Some(limits)) = (self.held, &self.engine.inner.limits) {
+                let challenged = match &decision {
+                    Decision::Respond(response) => {
+                        response.status() == StatusCode::PAYMENT_REQUIRED
+                    }
+                    Decision::Pass | Decision::Paid(_) => false,
+                };
+                limits.settle(held, challenged);
+            }
+            // The decision is taken apart before the await below, so that
+            // this future does not keep room for it as well.
+            let mut paid = match decision {
+                Decision::Paid(paid) if paid.timing() == SettlementTiming::BeforeHandler => paid,
+                decision => return decision,
             };
-            limits.settle(held, challenged);
-        }
-        // The decision is taken apart before the await below, so that this
-        // future does not keep room for it as well.
-        let mut paid = match decision {
-            Decision::Paid(paid) if paid.timing() == SettlementTiming::BeforeHandler => paid,
-            decision => return decision,
-        };
-        // Boxed: most routes settle after their handler.
-        match Box::pin(paid.settle_first()).await {
-            Ok(()) => Decision::Paid(paid),
-            Err(response) => Decision::Respond(response),
+            // Boxed: most routes settle after their handler.
+            match Box::pin(paid.settle_first()).await {
+                Ok(()) => Decision::Paid(paid),
+                Err(response) => Decision::Respond(response),
+            }
         }
     }
 }

@@ -642,36 +642,42 @@ impl Settlement {
                 }
             }
         }
-        let result = if charge.is_some_and(AtomicAmount::is_zero) {
-            // Nothing to charge: no facilitator call, no transaction.
-            Ok(SettleResponse {
-                success: true,
-                transaction: String::new(),
-                network: settle_request.payment_requirements.network().to_owned(),
-                amount: Some(AtomicAmount::ZERO),
-                ..SettleResponse::default()
-            })
-        } else {
-            // Boxed apart: inline, it made this future (boxed itself, to
-            // outlive a hang-up) over 2 KiB (see `BoxedDecision`).
-            Box::pin(self.settle_call(settle_request, &ctx)).await
-        };
-        let mut receipt = match result {
-            Ok(r) => r,
-            Err(error) => {
-                crate::metrics::settlement(
-                    None,
-                    &state.network,
-                    &self.payment.asset,
-                    AtomicAmount::ZERO,
-                );
-                tracing::error!(
-                    error = %error,
-                    network = %state.network,
-                    payer = ?self.payment.payer,
-                    "x402: settlement outcome unknown; the response is withheld and the payment stays claimed"
-                );
-                return Err(self.refusal(&Refusal::SettlementUnknown));
+        // Bound in a block of its own: a `result` bound beside `receipt`
+        // kept its 320 bytes in this future through the hooks' awaits
+        // below, and took the settlement's box (see `PaidRequest::settle`)
+        // over 1 032 bytes.
+        let mut receipt = {
+            let outcome = if charge.is_some_and(AtomicAmount::is_zero) {
+                // Nothing to charge: no facilitator call, no transaction.
+                Ok(SettleResponse {
+                    success: true,
+                    transaction: String::new(),
+                    network: settle_request.payment_requirements.network().to_owned(),
+                    amount: Some(AtomicAmount::ZERO),
+                    ..SettleResponse::default()
+                })
+            } else {
+                // Boxed apart: inline, it made this future (boxed itself, to
+                // outlive a hang-up) over 2 KiB (see `BoxedDecision`).
+                Box::pin(self.settle_call(settle_request, &ctx)).await
+            };
+            match outcome {
+                Ok(r) => r,
+                Err(error) => {
+                    crate::metrics::settlement(
+                        None,
+                        &state.network,
+                        &self.payment.asset,
+                        AtomicAmount::ZERO,
+                    );
+                    tracing::error!(
+                        error = %error,
+                        network = %state.network,
+                        payer = ?self.payment.payer,
+                        "x402: settlement outcome unknown; the response is withheld and the payment stays claimed"
+                    );
+                    return Err(self.refusal(&Refusal::SettlementUnknown));
+                }
             }
         };
         if receipt.payer.is_none() {

@@ -237,9 +237,11 @@ impl Held {
                 crate::engine::expose_headers(&mut headers);
                 receipt.clone().add_to(&mut headers);
                 let status = *status;
-                self.record(status, headers).await;
+                // Boxed, as is `release`: the settlement's box that awaits
+                // this stays within 1 032 bytes (see `BoxedDecision`).
+                Box::pin(self.record(status, headers)).await;
             }
-            _ => self.release().await,
+            _ => Box::pin(self.release()).await,
         }
     }
 
