@@ -19,12 +19,11 @@ use std::{
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
-use serde_json::{json, Value};
+use serde_json::json;
 use x402_core::{
-    codec,
     payment_id::{
-        declaration, PayloadDigest, PaymentIdStore, PaymentIdentifiers, RedisPaymentIdStore,
-        Reservation, StoredResponse, PAYMENT_IDENTIFIER,
+        PayloadDigest, PaymentIdStore, PaymentIdentifiers, RedisPaymentIdStore, Reservation,
+        StoredResponse,
     },
     testing::{self, StandIn},
     Engine, Offer, Route,
@@ -147,11 +146,8 @@ async fn engines_sharing_the_cluster_replay_each_others_responses() {
     let first = engine(&facilitator, store(&prefix).await);
     let second = engine(&facilitator, store(&prefix).await);
     let challenge = testing::challenge(&first, Request::get("/paid").body(()).unwrap()).await;
-    let mut payment: Value = codec::decode(testing::pay(&challenge).as_bytes(), 1 << 20).unwrap();
-    let mut ext = declaration(true);
-    ext["info"]["id"] = json!(format!("pay_{:032x}", rand::random::<u128>()));
-    payment["extensions"] = json!({ PAYMENT_IDENTIFIER: ext });
-    let header = codec::encode(&payment).unwrap();
+    let id = format!("pay_{:032x}", rand::random::<u128>());
+    let header = testing::with_payment_id(&testing::pay(&challenge), &id, true);
     let runs = Arc::new(AtomicUsize::new(0));
     let mut answers = Vec::new();
     for engine in [&first, &second, &second] {

@@ -444,6 +444,22 @@ pub fn forge(payment: &str) -> String {
     codec::encode(&header).unwrap_or_default()
 }
 
+/// `payment` (a v2 payment header) carrying the payment id `id` in its
+/// extensions, as the official client's
+/// `appendPaymentIdentifierToExtensions` leaves it: the route's
+/// `payment-identifier` declaration ([`declaration`](crate::payment_id::declaration)
+/// of `required`) with `info.id` added. The header as it is when it does
+/// not decode.
+pub fn with_payment_id(payment: &str, id: &str, required: bool) -> String {
+    let Ok(mut header) = codec::decode::<Value>(payment.as_bytes(), 1 << 20) else {
+        return payment.to_owned();
+    };
+    let mut extension = crate::payment_id::declaration(required);
+    extension["info"]["id"] = json!(id);
+    header["extensions"] = json!({ crate::payment_id::PAYMENT_IDENTIFIER: extension });
+    codec::encode(&header).unwrap_or_default()
+}
+
 fn random_hex(bytes: usize) -> String {
     let mut hex = String::with_capacity(2 + 2 * bytes);
     hex.push_str("0x");

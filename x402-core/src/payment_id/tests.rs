@@ -28,11 +28,7 @@ const ID: &str = "pay_7d5d747be160e280504c099d984bcfe0";
 /// `header` (a v2 payment) carrying `id` in its extensions, as the official
 /// client's `appendPaymentIdentifierToExtensions` leaves it.
 fn with_id(header: &str, id: &str) -> String {
-    let mut payment: Value = codec::decode(header.as_bytes(), 1 << 20).unwrap();
-    let mut ext = declaration(false);
-    ext["info"]["id"] = json!(id);
-    payment["extensions"] = json!({ PAYMENT_IDENTIFIER: ext });
-    codec::encode(&payment).unwrap()
+    testing::with_payment_id(header, id, false)
 }
 
 fn engine(facilitator: &Arc<StandIn>, ids: PaymentIdentifiers, required: bool) -> Engine {
