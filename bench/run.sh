@@ -7,9 +7,10 @@
 #
 # Knobs (environment):
 #   DURATION=10        seconds per path and round
-#   ROUNDS=3           rounds of the throughput paths (baseline first in each);
-#                      each ratio is to the baseline of its own round, and the
-#                      targets are judged on the median over the rounds
+#   ROUNDS=3           rounds of the throughput paths; each ratio is to the
+#                      baseline of its own round (or to the path's floor or
+#                      peer in that round), and the targets are judged on the
+#                      median over the rounds
 #   MEM_DURATION=60    seconds of the memory run (paid path, in-memory claims);
 #                      claims are kept 900 s, so the plateau shows from about
 #                      1000 s on: MEM_DURATION=1500 MEM_RATE=100 MEM_EVERY=30
@@ -17,12 +18,22 @@
 #   MEM_EVERY=5        seconds between RSS samples in the memory run
 #   MEM_VALID_FOR=60   the memory run's payments are signed as they are sent,
 #                      each valid for this many seconds
+#   SLICES=4           paths that are compared run side by side (the
+#                      baseline and the two 402 paths; the facilitator paths:
+#                      the floor, the example, the peer, ...; the two session
+#                      paths): in each round their
+#                      servers start together and each is loaded for SLICES
+#                      slices of DURATION/SLICES seconds (and PAID_MAX/SLICES
+#                      payments) in alternating order; a round's figure for
+#                      a path sums its slices
 #   CONNECTIONS=32     concurrent keep-alive connections
 #   LOADGEN_THREADS=1  tokio worker threads of the load generator
 #   PAID_MAX=60000     pre-signed payments per paid path (caps the request count,
 #                      and with it the claims held: the RSS target is for about
 #                      as many payments as the issue's own 10 s phases made)
-#   SESSIONS=4000      sessions bought before the redemption run (99 calls each)
+#   SESSIONS=4000      sessions of 99 calls each: the session floor opens
+#                      them at start, the example's run buys SESSIONS/SLICES
+#                      before each slice
 #   PAYERS=64          funded payers on the dev ledger
 #   REDIS_URL=redis://127.0.0.1:6379   used if it answers; else a private
 #                      redis-server is started on a free port (and stopped)
@@ -66,6 +77,9 @@ PATHS=" ${PATHS:-baseline floor challenge paid-memory paid-redis http-floor paid
 want() { [[ "$PATHS" == *" $1 "* ]]; }
 CONNECTIONS="${CONNECTIONS:-32}"
 PAID_MAX="${PAID_MAX:-60000}"
+SLICES="${SLICES:-4}"
+SLICE_SECONDS="$(awk -v d="$DURATION" -v n="$SLICES" 'BEGIN { printf "%.3f", d / n }')"
+SLICE_MAX=$(( PAID_MAX / SLICES ))
 SESSIONS="${SESSIONS:-4000}"
 PAYERS="${PAYERS:-64}"
 SEED="${SEED:-$RANDOM}"
@@ -233,7 +247,7 @@ stop_server() {
 run_load() {
     local label="$1"; shift
     local limit=$(( ${DURATION%.*} + ${MEM_DURATION%.*} + 300 ))
-    local file="$label-r$ROUND"
+    local file="$label-r$ROUND${SLICE:+-s$SLICE}"
     "${PIN_LOADGEN[@]}" timeout "$limit" "$BIN/loadgen" --addr "$ADDR" --label "$label" \
         --connections "$CONNECTIONS" --payers "$PAYERS" --seed "$SEED" \
         --server-pid "$SERVER_PID" "$@" > "$OUT/$file.json" 2> "$OUT/$file.err" &
@@ -249,9 +263,115 @@ run_load() {
     if ! wait "$lg"; then
         log "loadgen $label failed:"; cat "$OUT/$file.err" >&2; return 1
     fi
-    sed "s/^/[round $ROUND] /" "$OUT/$file.err" >&2
-    # Each result line records its round.
-    sed "s/^{/{\"round\":$ROUND,/" "$OUT/$file.json" >> "$RESULTS"
+    sed "s/^/[round $ROUND${SLICE:+, slice $SLICE}] /" "$OUT/$file.err" >&2
+    # Each result line records its round (and slice).
+    sed "s/^{/{\"round\":$ROUND,${SLICE:+\"slice\":$SLICE,}/" "$OUT/$file.json" >> "$RESULTS"
+}
+
+# --- The facilitator paths, side by side -----------------------------------
+# This machine's speed drifts from one second to the next (the same server,
+# unchanged, served 55 and then 78 us of CPU per request in consecutive 2 s
+# slices, with no steal time reported), and a fresh process's memory layout
+# moves it too. So within a round these paths are not run one after
+# another for DURATION seconds each: their servers are started together and
+# loaded in short alternating slices, so that every path sees the same
+# stretch of the machine's weather. Each slice is one result line (with its
+# "slice"); bench-report sums a round's slices of a path into one figure.
+
+# start_path PATH: starts PATH's server (ADDR, SERVER_PID); false if it
+# cannot run here.
+start_path() {
+    case "$1" in
+        baseline)
+            log "round $ROUND/$ROUNDS, baseline: the same handler body, no paywall layer"
+            start_server baseline baseline ;;
+        floor)
+            log "round $ROUND/$ROUNDS, 402 floor: paid-api's 402 bytes from a bare handler, no engine"
+            start_server challenge-floor challenge-floor ;;
+        challenge)
+            log "round $ROUND/$ROUNDS, 402 challenge path (paid-api, no payment header)"
+            start_server challenge paid-api ;;
+        http-floor)
+            log "round $ROUND/$ROUNDS, facilitator floor: the two HTTP facilitator calls from a bare handler, no engine"
+            start_server http-floor paid-http-floor FACILITATOR_URL="http://$FACILITATOR" ;;
+        paid-http)
+            log "round $ROUND/$ROUNDS, paid exact path through the HTTP facilitator (paid-api, in-memory claims)"
+            start_server paid-http paid-api FACILITATOR_URL="http://$FACILITATOR" ;;
+        paid-http-noprecheck)
+            log "round $ROUND/$ROUNDS, the same with the engine's local pre-check off (what the check costs)"
+            start_server paid-http-noprecheck paid-api FACILITATOR_URL="http://$FACILITATOR" \
+                BENCH_LOCAL_PRECHECK=0 ;;
+        paid-http-newpayers)
+            log "round $ROUND/$ROUNDS, the same with every payment's signer recovered (every payer new)"
+            start_server paid-http-newpayers paid-api FACILITATOR_URL="http://$FACILITATOR" \
+                BENCH_KNOWN_PAYERS=0 ;;
+        paid-http-engine)
+            log "round $ROUND/$ROUNDS, the engine alone (PaywallLayer, pre-check off) before the bare handler"
+            start_server paid-http-engine paid-http-engine FACILITATOR_URL="http://$FACILITATOR" \
+                BENCH_LOCAL_PRECHECK=0 ;;
+        batch-http)
+            log "round $ROUND/$ROUNDS, batch-settlement voucher path (paid-api /batch/evm, channels in memory, the same HTTP facilitator for the deposits)"
+            # A public test key (anvil's account 5) as the seller's receiver
+            # authorizer; no claimer during the run.
+            start_server batch-http paid-api FACILITATOR_URL="http://$FACILITATOR" \
+                BATCH_RECEIVER_AUTHORIZER_KEY=0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba \
+                BATCH_CLAIM_INTERVAL_SECS=0 ;;
+        http-peer)
+            [ -n "$PEER" ] || return 1
+            log "round $ROUND/$ROUNDS, the peer: x402-rs's axum middleware through the same facilitator"
+            start_peer ;;
+        session-floor)
+            log "round $ROUND/$ROUNDS, session floor: the token read and hashed, one Redis redemption per call, from a bare handler, no engine ($SESSIONS sessions opened first)"
+            start_server session-floor session-floor REDIS_URL="$REDIS_URL" BENCH_SESSIONS="$SESSIONS" ;;
+        session-redis)
+            log "round $ROUND/$ROUNDS, session redemption on Redis (paid-api; each slice buys $(( SESSIONS / SLICES )) sessions first)"
+            start_server session-redis paid-api REDIS_URL="$REDIS_URL" ;;
+        *) return 1 ;;
+    esac
+}
+
+# side_by_side PATH...: the wanted PATHs' servers started, SLICES slices
+# each (in alternating order), the servers stopped.
+side_by_side() {
+    local p s paths=() order=() args=() label expect i
+    local -A addr=() pid=()
+    for p in "$@"; do
+        want "$p" || continue
+        start_path "$p" || continue
+        addr[$p]="$ADDR"
+        pid[$p]="$SERVER_PID"
+        paths+=("$p")
+    done
+    [ "${#paths[@]}" -gt 0 ] || return 0
+    for s in $(seq 1 "$SLICES"); do
+        order=("${paths[@]}")
+        if [ $(( (ROUND + s) % 2 )) = 1 ]; then
+            order=()
+            for ((i = ${#paths[@]} - 1; i >= 0; i--)); do order+=("${paths[$i]}"); done
+        fi
+        for p in "${order[@]}"; do
+            ADDR="${addr[$p]}" SERVER_PID="${pid[$p]}"
+            label="$p" expect=200
+            case "$p" in
+                baseline) args=(--mode plain --path /exact/evm/eip3009) ;;
+                floor) label=challenge-floor expect=402 args=(--mode plain --path /exact/evm/eip3009) ;;
+                challenge) label=challenge-402 expect=402 args=(--mode plain --path /exact/evm/eip3009) ;;
+                batch-http) args=(--mode batch --path /batch/evm --max-requests "$SLICE_MAX") ;;
+                # The floor's sessions, a share of them per slice (a
+                # session's calls are redeemed in order, and the listing
+                # gives every session its calls at opening).
+                session-floor) args=(--mode session --path /session/demo --tokens-from /__bench/sessions
+                    --tokens-skip $(( (s - 1) * (SESSIONS / SLICES) ))) ;;
+                session-redis) args=(--mode session --path /session/demo --sessions $(( SESSIONS / SLICES ))) ;;
+                *) args=(--mode paid --path /exact/evm/eip3009 --max-requests "$SLICE_MAX") ;;
+            esac
+            SLICE="$s" run_load "$label" "${args[@]}" --duration "$SLICE_SECONDS" --expect "$expect"
+        done
+    done
+    for p in "${paths[@]}"; do
+        SERVER_PID="${pid[$p]}"
+        stop_server
+    done
 }
 
 PERF_OK=0
@@ -261,35 +381,18 @@ fi
 
 log "seed $SEED, $PAYERS payers, $CONNECTIONS connections, ${DURATION}s per path; results in $OUT"
 
-# The throughput paths, ROUNDS times over, each round starting with its own
-# baseline: the ratios compare runs minutes apart at most, and the median over
-# the rounds is robust to a noisy neighbour on a shared machine.
+# The throughput paths, ROUNDS times over, each round with its own baseline:
+# the paths compared with each other run side by side within a round, and
+# the median over the rounds is robust to a noisy neighbour on a shared
+# machine.
 for ROUND in $(seq 1 "$ROUNDS"); do
     PROFILE_ROUND=0
     [ "$ROUND" = 1 ] && PROFILE_ROUND="$PERF_OK"
-    if want baseline; then
-        log "round $ROUND/$ROUNDS, 1/8 baseline: the same handler body, no paywall layer"
-        start_server baseline baseline
-        run_load baseline --mode plain --path /exact/evm/eip3009 --duration "$DURATION" --expect 200
-        stop_server
-    fi
-
-    if want floor; then
-        log "round $ROUND/$ROUNDS, 2/8 402 floor: paid-api's 402 bytes from a bare handler, no engine"
-        start_server challenge-floor challenge-floor
-        run_load challenge-floor --mode plain --path /exact/evm/eip3009 --duration "$DURATION" --expect 402
-        stop_server
-    fi
-
-    if want challenge; then
-        log "round $ROUND/$ROUNDS, 3/8 402 challenge path (paid-api, no payment header)"
-        start_server challenge paid-api
-        run_load challenge-402 --mode plain --path /exact/evm/eip3009 --duration "$DURATION" --expect 402
-        stop_server
-    fi
+    # The baseline and the 402 paths, side by side (see side_by_side).
+    side_by_side baseline floor challenge
 
     if want paid-memory; then
-        log "round $ROUND/$ROUNDS, 4/8 paid exact path: in-process facilitator, dev ledger, in-memory claims"
+        log "round $ROUND/$ROUNDS, paid exact path: in-process facilitator, dev ledger, in-memory claims"
         start_server paid-memory paid-api
         PROFILE_THIS="$PROFILE_ROUND" run_load paid-memory --mode paid --path /exact/evm/eip3009 \
             --duration "$DURATION" --max-requests "$PAID_MAX" --expect 200
@@ -298,7 +401,7 @@ for ROUND in $(seq 1 "$ROUNDS"); do
 
     if [ "$REDIS_OK" = 1 ]; then
         if want paid-redis; then
-            log "round $ROUND/$ROUNDS, 5/8 paid exact path with Redis claims ($REDIS_URL)"
+            log "round $ROUND/$ROUNDS, paid exact path with Redis claims ($REDIS_URL)"
             start_server paid-redis paid-api REDIS_URL="$REDIS_URL"
             run_load paid-redis --mode paid --path /exact/evm/eip3009 \
                 --duration "$DURATION" --max-requests "$PAID_MAX" --expect 200
@@ -307,86 +410,27 @@ for ROUND in $(seq 1 "$ROUNDS"); do
 
     fi
 
-    # The facilitator paths: the example, the floor and the peer each make
-    # their two calls to the same fake facilitator, in alternating order
-    # from round to round.
+    # The facilitator paths, side by side: every wanted path's server is
+    # started, then each is loaded in turn for SLICES slices of
+    # DURATION/SLICES seconds, in alternating order, and all are stopped.
+    # The example, the floor and the peer make their two calls to the same
+    # fake facilitator.
     if [ -n "$FACILITATOR" ]; then
-        http_paths=(http-floor paid-http paid-http-noprecheck paid-http-newpayers paid-http-engine batch-http http-peer)
-        [ $(( ROUND % 2 )) = 0 ] && http_paths=(http-peer batch-http paid-http-engine paid-http-newpayers paid-http-noprecheck paid-http http-floor)
-        for p in "${http_paths[@]}"; do
-            want "$p" || continue
-            case "$p" in
-                http-floor)
-                    log "round $ROUND/$ROUNDS, facilitator floor: the two HTTP facilitator calls from a bare handler, no engine"
-                    start_server http-floor paid-http-floor FACILITATOR_URL="http://$FACILITATOR"
-                    ;;
-                paid-http)
-                    log "round $ROUND/$ROUNDS, paid exact path through the HTTP facilitator (paid-api, in-memory claims)"
-                    start_server paid-http paid-api FACILITATOR_URL="http://$FACILITATOR"
-                    ;;
-                paid-http-noprecheck)
-                    log "round $ROUND/$ROUNDS, the same with the engine's local pre-check off (what the check costs)"
-                    start_server paid-http-noprecheck paid-api FACILITATOR_URL="http://$FACILITATOR" \
-                        BENCH_LOCAL_PRECHECK=0
-                    ;;
-                paid-http-newpayers)
-                    log "round $ROUND/$ROUNDS, the same with every payment's signer recovered (every payer new)"
-                    start_server paid-http-newpayers paid-api FACILITATOR_URL="http://$FACILITATOR" \
-                        BENCH_KNOWN_PAYERS=0
-                    ;;
-                paid-http-engine)
-                    log "round $ROUND/$ROUNDS, the engine alone (PaywallLayer, pre-check off) before the bare handler"
-                    start_server paid-http-engine paid-http-engine FACILITATOR_URL="http://$FACILITATOR" \
-                        BENCH_LOCAL_PRECHECK=0
-                    ;;
-                batch-http)
-                    log "round $ROUND/$ROUNDS, batch-settlement voucher path (paid-api /batch/evm, channels in memory, the same HTTP facilitator for the deposits)"
-                    # A public test key (anvil's account 5) as the seller's
-                    # receiver authorizer; no claimer during the run.
-                    start_server batch-http paid-api FACILITATOR_URL="http://$FACILITATOR" \
-                        BATCH_RECEIVER_AUTHORIZER_KEY=0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba \
-                        BATCH_CLAIM_INTERVAL_SECS=0
-                    run_load "$p" --mode batch --path /batch/evm \
-                        --duration "$DURATION" --max-requests "$PAID_MAX" --expect 200
-                    stop_server
-                    continue
-                    ;;
-                http-peer)
-                    [ -n "$PEER" ] || continue
-                    log "round $ROUND/$ROUNDS, the peer: x402-rs's axum middleware through the same facilitator"
-                    start_peer
-                    ;;
-            esac
-            run_load "$p" --mode paid --path /exact/evm/eip3009 \
-                --duration "$DURATION" --max-requests "$PAID_MAX" --expect 200
-            stop_server
-        done
+        side_by_side http-floor paid-http paid-http-noprecheck paid-http-newpayers \
+            paid-http-engine batch-http http-peer
     fi
 
+    # The session paths, side by side in the same way.
     if [ "$REDIS_OK" = 1 ]; then
-        if want session-floor; then
-            log "round $ROUND/$ROUNDS, 6/8 session floor: the token read and hashed, one Redis redemption per call, from a bare handler, no engine ($SESSIONS sessions opened first)"
-            start_server session-floor session-floor REDIS_URL="$REDIS_URL" BENCH_SESSIONS="$SESSIONS"
-            run_load session-floor --mode session --tokens-from /__bench/sessions --path /session/demo \
-                --duration "$DURATION" --expect 200
-            stop_server
-        fi
-
-        if want session-redis; then
-            log "round $ROUND/$ROUNDS, 7/8 session redemption on Redis ($SESSIONS sessions bought first)"
-            start_server session-redis paid-api REDIS_URL="$REDIS_URL"
-            run_load session-redis --mode session --path /session/demo --sessions "$SESSIONS" \
-                --duration "$DURATION" --expect 200
-            stop_server
-        fi
-    else
-        log "round $ROUND/$ROUNDS, 5/8 to 7/8 skipped (no Redis)"
+        side_by_side session-floor session-redis
+    elif want session-floor || want session-redis; then
+        log "round $ROUND/$ROUNDS, the session paths skipped (no Redis)"
     fi
 done
 ROUND=1
 
 if [ "${SKIP_MEMORY:-0}" != 1 ] && want memory; then
-    log "8/8 memory: paid path, in-memory claims, ${MEM_DURATION}s at ${MEM_RATE} req/s, payments valid ${MEM_VALID_FOR}s, RSS every ${MEM_EVERY}s"
+    log "memory: paid path, in-memory claims, ${MEM_DURATION}s at ${MEM_RATE} req/s, payments valid ${MEM_VALID_FOR}s, RSS every ${MEM_EVERY}s"
     start_server memory paid-api
     run_load memory-paid --mode paid --path /exact/evm/eip3009 --duration "$MEM_DURATION" \
         --rate "$MEM_RATE" --valid-for "$MEM_VALID_FOR" --sample-every "$MEM_EVERY" --expect 200

@@ -4,7 +4,7 @@ use serde_json::Value;
 
 use crate::{
     network::{self, Family},
-    proto::{v1, v2, JsonObject},
+    proto::{field, field_of, v1, v2, JsonObject},
     route::{EXACT, UPTO},
 };
 
@@ -21,7 +21,7 @@ fn same_address(a: &str, b: &str) -> bool {
 /// Every key the server put in `extra` is echoed with the same value; the
 /// client may add keys.
 fn extra_echoed(server: &JsonObject, client: &JsonObject) -> bool {
-    server.iter().all(|(k, v)| client.get(k) == Some(v))
+    server.iter().all(|(k, v)| field(client, k) == Some(v))
 }
 
 /// The server's requirement a v2 payment's `accepted` refers to: `scheme`,
@@ -71,12 +71,9 @@ pub(crate) fn transfer_method_matches(
     if network::family(&requirement.network) != Family::Evm || (scheme != EXACT && scheme != UPTO) {
         return true;
     }
-    let permit2 = requirement
-        .extra
-        .get("assetTransferMethod")
-        .and_then(Value::as_str)
-        == Some("permit2");
-    let has = |key: &str| payload.get(key).is_some_and(|v| !v.is_null());
+    let permit2 =
+        field(&requirement.extra, "assetTransferMethod").and_then(Value::as_str) == Some("permit2");
+    let has = |key: &str| field_of(payload, key).is_some_and(|v| !v.is_null());
     let (wanted, other) = if permit2 {
         ("permit2Authorization", "authorization")
     } else {

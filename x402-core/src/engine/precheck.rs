@@ -104,9 +104,7 @@ fn check(
         .map(drop),
         ("upto", EvmPayload::Permit2(p)) => {
             // The facilitator the seller's requirement names, when it does.
-            let facilitator = requirements
-                .extra()
-                .get("facilitatorAddress")
+            let facilitator = crate::proto::field(requirements.extra(), "facilitatorAddress")
                 .and_then(|v| v.as_str())
                 .and_then(|a| a.parse::<Address>().ok());
             check::permit2(

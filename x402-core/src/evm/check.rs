@@ -128,8 +128,8 @@ pub(crate) fn eip3009(
 ) -> Result<Address, Refused> {
     let extra = requirements.extra();
     let (Some(name), Some(version)) = (
-        extra.get("name").and_then(|v| v.as_str()),
-        extra.get("version").and_then(|v| v.as_str()),
+        crate::proto::field(extra, "name").and_then(|v| v.as_str()),
+        crate::proto::field(extra, "version").and_then(|v| v.as_str()),
     ) else {
         return Err(refused(
             reason::MISSING_EIP712_DOMAIN,

@@ -122,7 +122,10 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use serde_json::{json, Value};
 use sha2::{Digest as _, Sha256};
 
-use crate::{proto::PaymentPayload, route::Route};
+use crate::{
+    proto::{field, field_of, PaymentPayload},
+    route::Route,
+};
 
 pub(crate) mod flow;
 mod memory;
@@ -208,9 +211,9 @@ pub fn payment_id(payload: &PaymentPayload) -> Result<Option<&str>, InvalidPayme
     let Some(id) = v2
         .extensions
         .as_ref()
-        .and_then(|e| e.get(PAYMENT_IDENTIFIER))
-        .and_then(|e| e.get("info"))
-        .and_then(|i| i.get("id"))
+        .and_then(|e| field(e, PAYMENT_IDENTIFIER))
+        .and_then(|e| field_of(e, "info"))
+        .and_then(|i| field_of(i, "id"))
     else {
         return Ok(None);
     };
@@ -223,9 +226,9 @@ pub fn payment_id(payload: &PaymentPayload) -> Result<Option<&str>, InvalidPayme
 /// Whether a route's extensions declare the extension, and if so whether
 /// an id is required.
 pub(crate) fn declared(extensions: &crate::proto::JsonObject) -> Option<bool> {
-    let info = extensions.get(PAYMENT_IDENTIFIER)?.get("info")?;
+    let info = field_of(field(extensions, PAYMENT_IDENTIFIER)?, "info")?;
     Some(
-        info.get("required")
+        field_of(info, "required")
             .and_then(Value::as_bool)
             .unwrap_or(false),
     )

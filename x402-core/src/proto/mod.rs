@@ -24,6 +24,20 @@ pub mod v2;
 /// A JSON object, as used for `extra`, `extensions` and scheme payloads.
 pub type JsonObject = Map<String, Value>;
 
+/// The value of `key` in `object`, found by a scan: the objects of a
+/// payment (`extra`, a payload, an extension's `info`) have a handful of
+/// keys, and a scan hashes none of them, where [`Map::get`] hashes the key
+/// with SipHash first. Keys are unique in a parsed object, so this finds
+/// what `get` finds.
+pub(crate) fn field<'a>(object: &'a JsonObject, key: &str) -> Option<&'a Value> {
+    object.iter().find_map(|(k, v)| (k == key).then_some(v))
+}
+
+/// [`field`] of `value` when it is an object.
+pub(crate) fn field_of<'a>(value: &'a Value, key: &str) -> Option<&'a Value> {
+    value.as_object().and_then(|object| field(object, key))
+}
+
 /// The `x402Version` field of a version-`N` message: writes `N`, and refuses
 /// to read any other number.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -646,25 +660,49 @@ impl Serialize for AcceptedWritten<'_> {
 
 /// Whether `a` is `b` written the same way: equal, and with the keys of
 /// their objects in the same order (equal JSON maps may differ in order).
+/// Compared pair by pair in order, which hashes no key (map equality looks
+/// every key up).
 fn same_requirement(a: &v2::PaymentRequirements, b: &v2::PaymentRequirements) -> bool {
-    a == b && same_order(&a.extra, &b.extra) && same_order(&a.other, &b.other)
+    // Every field named, so that a new one cannot be left out.
+    let v2::PaymentRequirements {
+        scheme,
+        network,
+        amount,
+        asset,
+        pay_to,
+        max_timeout_seconds,
+        extra,
+        other,
+    } = a;
+    *scheme == b.scheme
+        && *network == b.network
+        && *amount == b.amount
+        && *asset == b.asset
+        && *pay_to == b.pay_to
+        && *max_timeout_seconds == b.max_timeout_seconds
+        && same_written(extra, &b.extra)
+        && same_written(other, &b.other)
 }
 
-/// Whether two equal objects list their keys in the same order, nested
-/// objects included.
-fn same_order(a: &JsonObject, b: &JsonObject) -> bool {
-    a.iter()
-        .zip(b.iter())
-        .all(|((ka, va), (kb, vb))| ka == kb && same_value_order(va, vb))
+/// Whether two objects have the same keys in the same order with values
+/// written the same way, nested objects included.
+fn same_written(a: &JsonObject, b: &JsonObject) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b.iter())
+            .all(|((ka, va), (kb, vb))| ka == kb && same_value_written(va, vb))
 }
 
-fn same_value_order(a: &Value, b: &Value) -> bool {
+fn same_value_written(a: &Value, b: &Value) -> bool {
     match (a, b) {
-        (Value::Object(a), Value::Object(b)) => same_order(a, b),
+        (Value::Object(a), Value::Object(b)) => same_written(a, b),
         (Value::Array(a), Value::Array(b)) => {
-            a.iter().zip(b.iter()).all(|(a, b)| same_value_order(a, b))
+            a.len() == b.len()
+                && a.iter()
+                    .zip(b.iter())
+                    .all(|(a, b)| same_value_written(a, b))
         }
-        _ => true,
+        _ => a == b,
     }
 }
 

@@ -1,5 +1,7 @@
 //! Prints the load harness's summary from the loadgen JSON lines:
-//! `bench-report RESULTS.jsonl`.
+//! `bench-report RESULTS.jsonl`. Lines of one path and round that are
+//! slices of it (they carry `"slice"`: `bench/run.sh` loads the facilitator
+//! paths side by side in slices) are summed into one line first.
 
 #![allow(clippy::print_stdout)]
 
@@ -11,15 +13,134 @@ fn f(v: &Value, k: &str) -> f64 {
     v.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN)
 }
 
+/// One line per path and round: the slices of one (lines with `"slice"`,
+/// the same `label` and `round`) summed. Requests, statuses, errors, time
+/// and server CPU add up, so that req/s and CPU per request are the
+/// round's totals over its slices; latency percentiles are the slices'
+/// request-weighted means (an approximation; `max_ms` is the maximum), and
+/// peak RSS the largest the slices saw.
+fn merge_slices(lines: Vec<Value>) -> Vec<Value> {
+    let key = |v: &Value| {
+        (
+            v.get("label").and_then(Value::as_str).map(str::to_owned),
+            v.get("round").and_then(Value::as_u64),
+        )
+    };
+    let mut merged: Vec<Value> = Vec::new();
+    let mut parts: Vec<Vec<Value>> = Vec::new();
+    for line in lines {
+        let sliced = line.get("slice").is_some();
+        match merged
+            .iter()
+            .position(|m| sliced && m.get("slice").is_some() && key(m) == key(&line))
+        {
+            Some(i) => parts[i].push(line),
+            None => {
+                merged.push(line.clone());
+                parts.push(vec![line]);
+            }
+        }
+    }
+    for (m, slices) in merged.iter_mut().zip(parts) {
+        if slices.len() < 2 {
+            continue;
+        }
+        let sum = |k: &str| {
+            slices
+                .iter()
+                .map(|v| f(v, k))
+                .filter(|x| x.is_finite())
+                .sum::<f64>()
+        };
+        let requests = sum("requests");
+        let elapsed = sum("elapsed_s");
+        let weighted = |k: &str| {
+            let (mut total, mut weight) = (0.0, 0.0);
+            for v in &slices {
+                let (x, n) = (f(v, k), f(v, "requests"));
+                if x.is_finite() && n > 0.0 {
+                    total += x * n;
+                    weight += n;
+                }
+            }
+            if weight > 0.0 {
+                Value::from((total / weight * 1000.0).round() / 1000.0)
+            } else {
+                Value::Null
+            }
+        };
+        let most = |k: &str| {
+            slices
+                .iter()
+                .map(|v| f(v, k))
+                .filter(|x| x.is_finite())
+                .reduce(f64::max)
+                .map_or(Value::Null, Value::from)
+        };
+        let mut statuses = serde_json::Map::new();
+        for v in &slices {
+            for (code, n) in v
+                .get("statuses")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+            {
+                let before = statuses.get(code).and_then(Value::as_u64).unwrap_or(0);
+                statuses.insert(code.clone(), Value::from(before + n.as_u64().unwrap_or(0)));
+            }
+        }
+        let cpu = sum("server_cpu_s");
+        let Some(line) = m.as_object_mut() else {
+            continue;
+        };
+        line.insert("slices".into(), Value::from(slices.len()));
+        line.insert("requests".into(), Value::from(requests));
+        line.insert("ok".into(), Value::from(sum("ok")));
+        line.insert("errors".into(), Value::from(sum("errors")));
+        line.insert("statuses".into(), Value::Object(statuses));
+        line.insert("elapsed_s".into(), Value::from(elapsed));
+        line.insert(
+            "rps".into(),
+            Value::from(if elapsed > 0.0 {
+                requests / elapsed
+            } else {
+                f64::NAN
+            }),
+        );
+        line.insert(
+            "server_cpu_us_per_req".into(),
+            if requests > 0.0 && cpu > 0.0 {
+                Value::from((cpu * 1e6 / requests).round())
+            } else {
+                Value::Null
+            },
+        );
+        line.insert("server_cpu_s".into(), Value::from(cpu));
+        for k in [
+            "p50_ms",
+            "p90_ms",
+            "p99_ms",
+            "allocations_per_req",
+            "allocated_bytes_per_req",
+        ] {
+            line.insert(k.into(), weighted(k));
+        }
+        line.insert("max_ms".into(), most("max_ms"));
+        line.insert("server_hwm_kb".into(), most("server_hwm_kb"));
+    }
+    merged
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = std::env::args()
         .nth(1)
         .ok_or("usage: bench-report RESULTS.jsonl")?;
-    let runs: Vec<Value> = std::fs::read_to_string(&path)?
+    let lines: Vec<Value> = std::fs::read_to_string(&path)?
         .lines()
         .filter(|l| l.trim_start().starts_with('{'))
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
+    let runs = merge_slices(lines);
     let label = |v: &Value| {
         v.get("label")
             .and_then(Value::as_str)
@@ -363,4 +484,48 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     print!("{out}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn slices_of_a_round_add_up_and_other_lines_stay_apart() {
+        let lines = vec![
+            json!({"label": "baseline", "round": 1, "requests": 900, "elapsed_s": 1.0, "rps": 900.0}),
+            json!({"label": "paid-http", "round": 1, "slice": 1, "requests": 100, "ok": 100,
+                   "statuses": {"200": 100}, "errors": 0, "elapsed_s": 1.0, "server_cpu_s": 0.005,
+                   "p50_ms": 1.0, "max_ms": 3.0, "server_hwm_kb": 1000, "allocations_per_req": 10.0}),
+            json!({"label": "paid-http", "round": 2, "slice": 1, "requests": 7, "elapsed_s": 1.0}),
+            json!({"label": "paid-http", "round": 1, "slice": 2, "requests": 300, "ok": 299,
+                   "statuses": {"200": 299, "402": 1}, "errors": 1, "elapsed_s": 1.0,
+                   "server_cpu_s": 0.011, "p50_ms": 2.0, "max_ms": 9.0, "server_hwm_kb": 1200,
+                   "allocations_per_req": 20.0}),
+        ];
+        let runs = merge_slices(lines);
+        assert_eq!(runs.len(), 3, "{runs:#?}");
+        let paid = &runs[1];
+        assert_eq!(
+            (paid["round"].as_u64(), paid["slices"].as_u64()),
+            (Some(1), Some(2))
+        );
+        assert_eq!(f(paid, "requests"), 400.0);
+        assert_eq!(f(paid, "ok"), 399.0);
+        assert_eq!(f(paid, "errors"), 1.0);
+        assert_eq!(paid["statuses"], json!({"200": 399, "402": 1}));
+        // The round's throughput and CPU per request are totals over totals.
+        assert_eq!(f(paid, "rps"), 200.0);
+        assert_eq!(f(paid, "server_cpu_us_per_req"), 40.0);
+        // Request-weighted means, and the largest of the peaks.
+        assert_eq!(f(paid, "p50_ms"), 1.75);
+        assert_eq!(f(paid, "allocations_per_req"), 17.5);
+        assert_eq!(f(paid, "max_ms"), 9.0);
+        assert_eq!(f(paid, "server_hwm_kb"), 1200.0);
+        // A lone slice, and a line without slices, are left as they came.
+        assert_eq!(f(&runs[2], "requests"), 7.0);
+        assert_eq!(f(&runs[0], "rps"), 900.0);
+    }
 }

@@ -15,10 +15,11 @@
 //!   the seller mirrors (`extra`, `extra.channelState`) with a balance of
 //!   [`x402_loadgen::batch::DEPOSIT`].
 //!
-//! `FROM` and `NETWORK` are read from the request body by a substring scan
-//! (the first `"from":"…"` and `"network":"…"`), not a JSON parse: the
-//! stand-in should cost as little as possible, and the same for every server
-//! it is measured behind. Binds `HOST`:`PORT` (default 127.0.0.1:0), prints
+//! `FROM` and `NETWORK` are read from the request body by a substring search
+//! (the first `"from":"…"` and `"network":"…"`, with `memchr`'s `memmem`),
+//! not a JSON parse, and the answers of the exact path are written from a
+//! typed struct, not built as a JSON tree: the stand-in should cost as
+//! little as possible, and the same for every server it is measured behind. Binds `HOST`:`PORT` (default 127.0.0.1:0), prints
 //! `listening on http://ADDR`, and prints its counts on exit.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -27,18 +28,20 @@ use std::{
     io::Write as _,
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc,
+        Arc, LazyLock,
     },
 };
 
 use axum::{
     extract::State,
     http::header::CONTENT_TYPE,
-    response::IntoResponse,
+    response::{IntoResponse, Response},
     routing::{get, post},
     Router,
 };
 use bytes::Bytes;
+use memchr::memmem::Finder;
+use serde::Serialize;
 use serde_json::{json, Value};
 use x402_core::network;
 use x402_loadgen::{env_or, LISTENING};
@@ -65,34 +68,66 @@ struct Fake {
     supported: Bytes,
 }
 
-/// The string value after the first `"field":"` in `body`, if any.
-fn field<'a>(body: &'a [u8], field: &str) -> &'a str {
-    let needle = format!("\"{field}\":\"");
-    let Some(at) = body
-        .windows(needle.len())
-        .position(|w| w == needle.as_bytes())
-    else {
-        return "";
+/// A field's opening, `"name":"`, with its searcher built once.
+struct Field(LazyLock<Finder<'static>>);
+
+macro_rules! field {
+    ($name:literal) => {
+        Field(LazyLock::new(|| {
+            Finder::new(concat!("\"", $name, "\":\"").as_bytes())
+        }))
     };
-    let rest = &body[at + needle.len()..];
-    let end = rest.iter().position(|&b| b == b'"').unwrap_or(0);
-    std::str::from_utf8(&rest[..end]).unwrap_or("")
 }
 
-fn json_bytes(value: &Value) -> impl IntoResponse {
-    ([(CONTENT_TYPE, "application/json")], value.to_string())
+static FROM: Field = field!("from");
+static NETWORK: Field = field!("network");
+static PAYER: Field = field!("payer");
+static CHANNEL_ID: Field = field!("channelId");
+static BATCH: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"batch-settlement\""));
+
+impl Field {
+    /// The string value after the first `"name":"` in `body`, if any.
+    fn in_body<'a>(&self, body: &'a [u8]) -> &'a str {
+        let Some(at) = self.0.find(body) else {
+            return "";
+        };
+        let rest = &body[at + self.0.needle().len()..];
+        let end = memchr::memchr(b'"', rest).unwrap_or(0);
+        std::str::from_utf8(&rest[..end]).unwrap_or("")
+    }
+}
+
+fn json_bytes(value: &impl Serialize) -> Response {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    ([(CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// Whether `body` is a batch-settlement request.
 fn is_batch(body: &[u8]) -> bool {
-    const NEEDLE: &[u8] = b"\"batch-settlement\"";
-    body.windows(NEEDLE.len()).any(|w| w == NEEDLE)
+    BATCH.find(body).is_some()
+}
+
+/// `POST /verify`'s answer on the exact path.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Valid<'a> {
+    is_valid: bool,
+    payer: &'a str,
+}
+
+/// `POST /settle`'s answer on the exact path.
+#[derive(Serialize)]
+struct Settled<'a> {
+    success: bool,
+    transaction: &'a str,
+    network: &'a str,
+    payer: &'a str,
 }
 
 /// A batch-settlement channel snapshot: deposited, nothing claimed.
 fn channel_state(body: &[u8]) -> Value {
     json!({
-        "channelId": field(body, "channelId"),
+        "channelId": CHANNEL_ID.in_body(body),
         "balance": x402_loadgen::batch::DEPOSIT.to_string(),
         "totalClaimed": "0",
         "withdrawRequestedAt": 0,
@@ -105,31 +140,35 @@ async fn verify(State(fake): State<Arc<Fake>>, body: Bytes) -> impl IntoResponse
     if is_batch(&body) {
         return json_bytes(&json!({
             "isValid": true,
-            "payer": field(&body, "payer"),
+            "payer": PAYER.in_body(&body),
             "extra": channel_state(&body),
         }));
     }
-    json_bytes(&json!({ "isValid": true, "payer": field(&body, "from") }))
+    json_bytes(&Valid {
+        is_valid: true,
+        payer: FROM.in_body(&body),
+    })
 }
 
 async fn settle(State(fake): State<Arc<Fake>>, body: Bytes) -> impl IntoResponse {
     let n = fake.counts.settle.fetch_add(1, Ordering::Relaxed) + 1;
+    let transaction = format!("0x{n:064x}");
     if is_batch(&body) {
         return json_bytes(&json!({
             "success": true,
-            "transaction": format!("0x{n:064x}"),
-            "network": field(&body, "network"),
-            "payer": field(&body, "payer"),
+            "transaction": transaction,
+            "network": NETWORK.in_body(&body),
+            "payer": PAYER.in_body(&body),
             "amount": x402_loadgen::batch::DEPOSIT.to_string(),
             "extra": { "channelState": channel_state(&body) },
         }));
     }
-    json_bytes(&json!({
-        "success": true,
-        "transaction": format!("0x{n:064x}"),
-        "network": field(&body, "network"),
-        "payer": field(&body, "from"),
-    }))
+    json_bytes(&Settled {
+        success: true,
+        transaction: &transaction,
+        network: NETWORK.in_body(&body),
+        payer: FROM.in_body(&body),
+    })
 }
 
 async fn supported(State(fake): State<Arc<Fake>>) -> impl IntoResponse {

@@ -4,8 +4,8 @@
 //! ```text
 //! loadgen --addr 127.0.0.1:PORT --path /exact/evm/eip3009 --mode MODE
 //!         [--duration 10] [--connections 32] [--max-requests N] [--rate R]
-//!         [--payers 64] [--seed 402] [--sessions 400] [--tokens-from PATH]
-//!         [--expect 200]
+//!         [--payers 64] [--seed 402] [--sessions 400] [--tokens-from PATH
+//!         [--tokens-skip N]] [--expect 200]
 //!         [--valid-for SECS]
 //!         [--label NAME] [--server-pid PID [--sample-every SECS]]
 //!
@@ -29,6 +29,8 @@
 //!   `--tokens-from PATH`, the sessions are the ones the server lists at
 //!   `PATH` instead (one token a line, the calls each has in
 //!   `X-PAYMENT-SESSION-REMAINING`), as the session floor opens its own;
+//!   `--tokens-skip N` leaves the first N listed sessions alone (used up by
+//!   an earlier run against the same server);
 //! - `batch`: one batch-settlement channel per connection: set-up opens each
 //!   with its deposit call and pre-signs `--max-requests / --connections`
 //!   cumulative vouchers per channel; then each connection sends its
@@ -85,6 +87,7 @@ struct Args {
     seed: u64,
     sessions: usize,
     tokens_from: Option<String>,
+    tokens_skip: usize,
     expect: u16,
     server_pid: Option<u32>,
     sample_every: f64,
@@ -121,6 +124,7 @@ fn parse_args() -> Result<Args, Error> {
         seed: get("seed", "402").parse()?,
         sessions: get("sessions", "400").parse()?,
         tokens_from: map.get("tokens-from").cloned(),
+        tokens_skip: get("tokens-skip", "0").parse()?,
         expect: get("expect", "200").parse()?,
         server_pid: map.get("server-pid").map(|v| v.parse()).transpose()?,
         sample_every: get("sample-every", "0").parse()?,
@@ -579,7 +583,19 @@ async fn run(args: Args) -> Result<Value, Error> {
         }
         "session" => {
             let (tokens, calls) = match &args.tokens_from {
-                Some(path) => opened_sessions(&args, &host, path).await?,
+                Some(path) => {
+                    let (mut tokens, calls) = opened_sessions(&args, &host, path).await?;
+                    if args.tokens_skip >= tokens.len() {
+                        return Err(format!(
+                            "--tokens-skip {} leaves none of the {} sessions listed",
+                            args.tokens_skip,
+                            tokens.len()
+                        )
+                        .into());
+                    }
+                    tokens.drain(..args.tokens_skip);
+                    (tokens, calls)
+                }
                 None => buy_sessions(&args, &host, args.sessions).await?,
             };
             Work::Session { tokens, calls }
