@@ -2,9 +2,11 @@
 # Servers side by side: every server is started once, then each is loaded
 # in turn for a short slice, in alternating order, SLICES times over. Each
 # slice's throughput is divided by the first server's in the same turn, and
-# the median of those ratios is printed. On a shared machine whose speed
-# drifts from one second to the next, this compares servers more closely
-# than bench/run.sh's phases of several seconds each. Usage:
+# the median of those ratios is printed (and, with three servers or more,
+# the median of the second's over the third's). On a shared machine whose
+# speed drifts from one second to the next, this compares servers more
+# closely than phases of several seconds each; bench/run.sh runs the paths
+# it compares the same way, in a few longer slices a round. Usage:
 #
 #   bash bench/interleaved.sh NAME=SPEC [NAME=SPEC...]
 #
@@ -123,4 +125,10 @@ for name in names:
           f"{statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f})   "
           f"server CPU/req median {statistics.median(cpu) if cpu else float('nan'):.1f} us   "
           f"allocations/req {allocs[0] if allocs else float('nan')}")
+# The second server against the third, turn by turn (the example against
+# the peer, in the usual order).
+if len(names) >= 3:
+    ratios = [a / b for a, b in zip(field(names[1], "rps"), field(names[2], "rps"))]
+    print(f"{names[1]} / {names[2]}, turn by turn: median {statistics.median(ratios):.3f} "
+          f"({min(ratios):.2f}-{max(ratios):.2f})")
 PY

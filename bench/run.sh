@@ -361,7 +361,7 @@ side_by_side() {
                 # session's calls are redeemed in order, and the listing
                 # gives every session its calls at opening).
                 session-floor) args=(--mode session --path /session/demo --tokens-from /__bench/sessions
-                    --tokens-skip $(( (s - 1) * (SESSIONS / SLICES) ))) ;;
+                    --tokens-skip $(( (s - 1) * (SESSIONS / SLICES) )) --tokens-take $(( SESSIONS / SLICES ))) ;;
                 session-redis) args=(--mode session --path /session/demo --sessions $(( SESSIONS / SLICES ))) ;;
                 *) args=(--mode paid --path /exact/evm/eip3009 --max-requests "$SLICE_MAX") ;;
             esac

@@ -5,7 +5,7 @@
 //! loadgen --addr 127.0.0.1:PORT --path /exact/evm/eip3009 --mode MODE
 //!         [--duration 10] [--connections 32] [--max-requests N] [--rate R]
 //!         [--payers 64] [--seed 402] [--sessions 400] [--tokens-from PATH
-//!         [--tokens-skip N]] [--expect 200]
+//!         [--tokens-skip N] [--tokens-take N]] [--expect 200]
 //!         [--valid-for SECS]
 //!         [--label NAME] [--server-pid PID [--sample-every SECS]]
 //!
@@ -29,8 +29,11 @@
 //!   `--tokens-from PATH`, the sessions are the ones the server lists at
 //!   `PATH` instead (one token a line, the calls each has in
 //!   `X-PAYMENT-SESSION-REMAINING`), as the session floor opens its own;
-//!   `--tokens-skip N` leaves the first N listed sessions alone (used up by
-//!   an earlier run against the same server);
+//!   `--tokens-skip N` leaves the first N listed sessions alone and
+//!   `--tokens-take N` uses at most N of the rest (so that runs one after
+//!   another against the same server redeem disjoint sessions: a session's
+//!   calls are redeemed in order, and the listing gives every session the
+//!   calls it was opened with);
 //! - `batch`: one batch-settlement channel per connection: set-up opens each
 //!   with its deposit call and pre-signs `--max-requests / --connections`
 //!   cumulative vouchers per channel; then each connection sends its
@@ -88,6 +91,7 @@ struct Args {
     sessions: usize,
     tokens_from: Option<String>,
     tokens_skip: usize,
+    tokens_take: usize,
     expect: u16,
     server_pid: Option<u32>,
     sample_every: f64,
@@ -125,6 +129,10 @@ fn parse_args() -> Result<Args, Error> {
         sessions: get("sessions", "400").parse()?,
         tokens_from: map.get("tokens-from").cloned(),
         tokens_skip: get("tokens-skip", "0").parse()?,
+        tokens_take: match map.get("tokens-take") {
+            Some(n) => n.parse()?,
+            None => usize::MAX,
+        },
         expect: get("expect", "200").parse()?,
         server_pid: map.get("server-pid").map(|v| v.parse()).transpose()?,
         sample_every: get("sample-every", "0").parse()?,
@@ -594,6 +602,7 @@ async fn run(args: Args) -> Result<Value, Error> {
                         .into());
                     }
                     tokens.drain(..args.tokens_skip);
+                    tokens.truncate(args.tokens_take);
                     (tokens, calls)
                 }
                 None => buy_sessions(&args, &host, args.sessions).await?,
