@@ -21,9 +21,9 @@
 #   SLICES=4           paths that are compared run side by side (the
 #                      baseline and the two 402 paths; the facilitator paths:
 #                      the floor, the example, the peer, ...; the two session
-#                      paths): in each round their
-#                      servers start together and each is loaded for SLICES
-#                      slices of DURATION/SLICES seconds (and PAID_MAX/SLICES
+#                      paths): in each round their servers start together
+#                      and each is loaded for SLICES slices of
+#                      DURATION/SLICES seconds (and PAID_MAX/SLICES
 #                      payments) in alternating order; a round's figure for
 #                      a path sums its slices
 #   CONNECTIONS=32     concurrent keep-alive connections
@@ -268,15 +268,16 @@ run_load() {
     sed "s/^{/{\"round\":$ROUND,${SLICE:+\"slice\":$SLICE,}/" "$OUT/$file.json" >> "$RESULTS"
 }
 
-# --- The facilitator paths, side by side -----------------------------------
-# This machine's speed drifts from one second to the next (the same server,
-# unchanged, served 55 and then 78 us of CPU per request in consecutive 2 s
-# slices, with no steal time reported), and a fresh process's memory layout
-# moves it too. So within a round these paths are not run one after
-# another for DURATION seconds each: their servers are started together and
-# loaded in short alternating slices, so that every path sees the same
-# stretch of the machine's weather. Each slice is one result line (with its
-# "slice"); bench-report sums a round's slices of a path into one figure.
+# --- Paths side by side --------------------------------------------------------
+# This machine's speed drifts from one second to the next (one server,
+# unchanged, went from 76 to 55 us of CPU per request over three
+# consecutive 2 s slices, with no steal time reported), and a fresh
+# process's memory layout moves it too. So the paths a target compares are
+# not run one after another for DURATION seconds each: within a round their
+# servers are started together and loaded in short alternating slices, so
+# that every path sees the same stretch of the machine's weather. Each
+# slice is one result line (with its "slice"); bench-report sums a round's
+# slices of a path into one figure.
 
 # start_path PATH: starts PATH's server (ADDR, SERVER_PID); false if it
 # cannot run here.

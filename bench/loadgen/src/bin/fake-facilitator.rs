@@ -19,8 +19,9 @@
 //! (the first `"from":"…"` and `"network":"…"`, with `memchr`'s `memmem`),
 //! not a JSON parse, and the answers of the exact path are written from a
 //! typed struct, not built as a JSON tree: the stand-in should cost as
-//! little as possible, and the same for every server it is measured behind. Binds `HOST`:`PORT` (default 127.0.0.1:0), prints
-//! `listening on http://ADDR`, and prints its counts on exit.
+//! little as possible, and the same for every server it is measured behind.
+//! Binds `HOST`:`PORT` (default 127.0.0.1:0), prints `listening on
+//! http://ADDR`, and prints its counts on exit.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
