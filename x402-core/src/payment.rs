@@ -32,7 +32,8 @@ pub struct VerifiedPayment {
     /// The recipient.
     pub pay_to: SharedStr,
     /// The seller's requirement the payment matched (for a session call, the
-    /// first way the session was sold). Shared with the engine's route table.
+    /// first way the session was sold). Made once per offer of the engine's
+    /// route table and shared by the payments that match it.
     pub requirements: Arc<v2::PaymentRequirements>,
     /// The matched route's pattern.
     pub route: SharedStr,
@@ -55,9 +56,17 @@ pub struct SessionCall {
     pub scope: SharedStr,
 }
 
-/// An immutable string shared by reference count: cloning it copies no
+/// An immutable string shared rather than copied: cloning it copies no
 /// text. It reads as a `&str` (it derefs to one) and compares with `str`,
 /// `&str` and `String`.
+///
+/// Most are shared by reference count. The few the engine hands to every
+/// paid request (a route's pattern, an offer's scheme, network, asset and
+/// recipient) are kept for the life of the process instead, and cloned
+/// without writing a count: every request on every core cloned and dropped
+/// them three times (the engine's copy, the handler's extensions, the
+/// extractor's), so the counts' cache lines moved between cores with every
+/// request.
 ///
 /// ```
 /// use x402_core::payment::SharedStr;
@@ -69,13 +78,85 @@ pub struct SessionCall {
 /// let owned: String = network.into();
 /// assert_eq!(owned, "eip155:8453");
 /// ```
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SharedStr(Arc<str>);
+#[derive(Clone)]
+pub struct SharedStr(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    Counted(Arc<str>),
+    Kept(&'static str),
+}
 
 impl SharedStr {
     /// The text.
     pub fn as_str(&self) -> &str {
-        &self.0
+        match &self.0 {
+            Repr::Counted(s) => s,
+            Repr::Kept(s) => s,
+        }
+    }
+
+    /// `s`, kept for the life of the process if it is among the first
+    /// [`KEPT_BYTES`] bytes of such strings (each text is kept once), else
+    /// counted. For text from the engine's configuration that every paid
+    /// request clones: a route's pattern, an offer's names.
+    pub(crate) fn kept(s: &str) -> Self {
+        match keep(s) {
+            Some(kept) => Self(Repr::Kept(kept)),
+            None => Self::from(s),
+        }
+    }
+}
+
+/// How much text [`SharedStr::kept`] keeps at most, in all: routes priced
+/// per request may name any asset or recipient, and what is kept is never
+/// freed.
+pub(crate) const KEPT_BYTES: usize = 64 * 1024;
+
+/// The kept copy of `s`, made if there is room left. (Routes priced per
+/// request make their offers' names per paid request: a look-up under a
+/// lock held for that look-up alone, where each name was an allocation.)
+fn keep(s: &str) -> Option<&'static str> {
+    use std::collections::BTreeSet;
+    use std::sync::{Mutex, PoisonError};
+    static KEPT: Mutex<(BTreeSet<&'static str>, usize)> = Mutex::new((BTreeSet::new(), 0));
+    let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
+    let (texts, bytes) = &mut *kept;
+    if let Some(&text) = texts.get(s) {
+        return Some(text);
+    }
+    if *bytes + s.len() > KEPT_BYTES {
+        return None;
+    }
+    let text: &'static str = Box::leak(Box::from(s));
+    texts.insert(text);
+    *bytes += s.len();
+    Some(text)
+}
+
+impl PartialEq for SharedStr {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for SharedStr {}
+
+impl PartialOrd for SharedStr {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for SharedStr {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl std::hash::Hash for SharedStr {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
     }
 }
 
@@ -89,43 +170,43 @@ impl Deref for SharedStr {
     type Target = str;
 
     fn deref(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
 impl AsRef<str> for SharedStr {
     fn as_ref(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
 impl Borrow<str> for SharedStr {
     fn borrow(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
 impl fmt::Debug for SharedStr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
+        fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
 impl fmt::Display for SharedStr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&*self.0, f)
+        fmt::Display::fmt(self.as_str(), f)
     }
 }
 
 impl From<&str> for SharedStr {
     fn from(s: &str) -> Self {
-        Self(Arc::from(s))
+        Self(Repr::Counted(Arc::from(s)))
     }
 }
 
 impl From<String> for SharedStr {
     fn from(s: String) -> Self {
-        Self(Arc::from(s))
+        Self(Repr::Counted(Arc::from(s)))
     }
 }
 
@@ -137,49 +218,49 @@ impl From<&String> for SharedStr {
 
 impl From<SharedStr> for String {
     fn from(s: SharedStr) -> Self {
-        s.0.as_ref().to_owned()
+        s.as_str().to_owned()
     }
 }
 
 impl PartialEq<str> for SharedStr {
     fn eq(&self, other: &str) -> bool {
-        &*self.0 == other
+        self.as_str() == other
     }
 }
 
 impl PartialEq<&str> for SharedStr {
     fn eq(&self, other: &&str) -> bool {
-        &*self.0 == *other
+        self.as_str() == *other
     }
 }
 
 impl PartialEq<String> for SharedStr {
     fn eq(&self, other: &String) -> bool {
-        *self.0 == **other
+        self.as_str() == other.as_str()
     }
 }
 
 impl PartialEq<SharedStr> for str {
     fn eq(&self, other: &SharedStr) -> bool {
-        self == &*other.0
+        self == other.as_str()
     }
 }
 
 impl PartialEq<SharedStr> for &str {
     fn eq(&self, other: &SharedStr) -> bool {
-        *self == &*other.0
+        *self == other.as_str()
     }
 }
 
 impl PartialEq<SharedStr> for String {
     fn eq(&self, other: &SharedStr) -> bool {
-        **self == *other.0
+        self.as_str() == other.as_str()
     }
 }
 
 impl serde::Serialize for SharedStr {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.0)
+        serializer.serialize_str(self.as_str())
     }
 }
 
@@ -209,5 +290,39 @@ mod tests {
         assert_eq!(SharedStr::default(), "");
         let map: std::collections::HashMap<SharedStr, u8> = [(s.clone(), 1)].into();
         assert_eq!(map.get("eip155:8453"), Some(&1));
+    }
+
+    #[test]
+    fn a_kept_string_is_kept_once_and_equals_a_counted_one() {
+        let text = "/kept/test/route/{id}";
+        let kept = SharedStr::kept(text);
+        // The same text at another address.
+        let copy = String::from(text);
+        let again = SharedStr::kept(copy.as_str());
+        // Kept once: the second asks for the same text and gets the copy.
+        assert!(std::ptr::eq(kept.as_str(), again.as_str()));
+        assert!(!std::ptr::eq(kept.as_str(), text));
+        let counted = SharedStr::from(text);
+        assert_eq!(kept, counted);
+        assert_eq!(kept.cmp(&counted), std::cmp::Ordering::Equal);
+        let state = std::hash::RandomState::new();
+        assert_eq!(
+            std::hash::BuildHasher::hash_one(&state, &kept),
+            std::hash::BuildHasher::hash_one(&state, &counted)
+        );
+        assert_eq!(format!("{kept} {kept:?}"), format!("{text} {text:?}"));
+        assert_eq!(String::from(kept.clone()), text);
+        let map: std::collections::HashMap<SharedStr, u8> = [(counted, 1)].into();
+        assert_eq!(map.get(&kept), Some(&1));
+    }
+
+    #[test]
+    fn kept_strings_stop_at_their_budget_and_are_counted_after() {
+        // Past the budget, a new text is counted (a fresh copy each time).
+        let big = "x".repeat(super::KEPT_BYTES + 1);
+        let a = SharedStr::kept(&big);
+        let b = SharedStr::kept(&big);
+        assert_eq!(a, b);
+        assert!(!std::ptr::eq(a.as_str(), b.as_str()));
     }
 }

@@ -43,18 +43,27 @@ pub(super) const SLOT_BYTES: usize = std::mem::size_of::<Slot>();
 
 /// The shards of one store.
 #[derive(Debug, Default)]
-pub(super) struct Shards([Mutex<Table>; SHARDS]);
+pub(super) struct Shards([Shard; SHARDS]);
+
+/// A shard's lock and table header, on cache lines of their own (two, for
+/// the adjacent-line prefetcher): every claim locks and writes one, from
+/// whichever core runs it, and neighbouring shards packed together would
+/// make claims of different shards on different cores take each other's
+/// lines.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Shard(Mutex<Table>);
 
 impl Shards {
     /// The shard that holds `digest`.
     pub(super) fn of(&self, digest: &Digest) -> MutexGuard<'_, Table> {
-        lock(&self.0[usize::from(digest[0]) % SHARDS])
+        lock(&self.0[usize::from(digest[0]) % SHARDS].0)
     }
 
     /// Every shard, in turn (each locked only while `f` looks at it).
     pub(super) fn each(&self, mut f: impl FnMut(&mut Table)) {
         for shard in &self.0 {
-            f(&mut lock(shard));
+            f(&mut lock(&shard.0));
         }
     }
 }

@@ -208,43 +208,68 @@ pub(super) struct InFlight {
     idle: Notify,
 }
 
+impl InFlight {
+    fn enter(&self) {
+        self.count.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn leave(&self) {
+        if self.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.idle.notify_waiters();
+        }
+    }
+}
+
 /// Counts one task of [`InFlight`] while it lives.
 struct Tracked(Engine);
 
-/// Work started in a caller's task: if the caller is dropped first, the
-/// rest of it is spawned (with its place in the in-flight count).
-struct HandOff<F: Future + Send + 'static> {
+/// Work started in a caller's task, counted in [`InFlight`] until it ends:
+/// if the caller is dropped first, the rest of it is spawned, and its place
+/// in the count moves to that task. It borrows the engine, which is cloned
+/// only then, and finds the runtime only then: every paid request runs
+/// one, and each clone of the engine or of the runtime's handle writes a
+/// reference count that every core's requests write too.
+struct HandOff<'a, F: Future + Send + 'static> {
     work: Option<Pin<Box<F>>>,
-    tracked: Option<Tracked>,
-    runtime: tokio::runtime::Handle,
+    engine: &'a Engine,
 }
 
-impl<F: Future + Send + 'static> Drop for HandOff<F> {
+impl<F: Future + Send + 'static> Drop for HandOff<'_, F> {
     fn drop(&mut self) {
-        if let Some(work) = self.work.take() {
-            let tracked = self.tracked.take();
-            self.runtime.spawn(async move {
-                let _tracked = tracked;
-                // Nobody is left to take the outcome.
-                let _ = work.await;
-            });
+        let Some(work) = self.work.take() else {
+            self.engine.inner.in_flight.leave();
+            return;
+        };
+        // Counted already: the task's `Tracked` leaves for it.
+        let tracked = Tracked(self.engine.clone());
+        // Dropped where it ran (a client that hangs up is dropped by its
+        // connection's task), or by a runtime shutting down, which drops
+        // its tasks within its context.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    let _tracked = tracked;
+                    // Nobody is left to take the outcome.
+                    let _ = work.await;
+                });
+            }
+            Err(_) => tracing::error!(
+                "x402: a paid request's settlement was dropped outside a Tokio runtime before it finished; its outcome is unknown"
+            ),
         }
     }
 }
 
 impl Tracked {
     fn new(engine: &Engine) -> Self {
-        engine.inner.in_flight.count.fetch_add(1, Ordering::SeqCst);
+        engine.inner.in_flight.enter();
         Self(engine.clone())
     }
 }
 
 impl Drop for Tracked {
     fn drop(&mut self) {
-        let in_flight = &self.0.inner.in_flight;
-        if in_flight.count.fetch_sub(1, Ordering::SeqCst) == 1 {
-            in_flight.idle.notify_waiters();
-        }
+        self.0.inner.in_flight.leave();
     }
 }
 
@@ -277,13 +302,15 @@ impl Engine {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        // In a task there is a runtime; elsewhere (`block_on`) ask for
+        // one. (Asking clones the runtime's handle.)
+        if tokio::task::try_id().is_none() && tokio::runtime::Handle::try_current().is_err() {
             return Some(work.await);
-        };
+        }
+        self.inner.in_flight.enter();
         let mut handoff = HandOff {
             work: Some(work),
-            tracked: Some(Tracked::new(self)),
-            runtime,
+            engine: self,
         };
         std::future::poll_fn(|cx| {
             let Some(work) = handoff.work.as_mut() else {

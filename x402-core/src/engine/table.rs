@@ -3,6 +3,10 @@
 use super::*;
 use crate::floor::PriceFloors;
 
+/// Aligned to 128 bytes, as the engine's `Inner`: paid requests clone
+/// the `Arc` it is kept in from every core, and its counts must not share
+/// a cache line with the fields every request reads.
+#[repr(align(128))]
 pub(super) struct CompiledRoute {
     pub(super) route: Route,
     /// The route's pattern, shared with the payments made at it.
@@ -53,7 +57,7 @@ impl CompiledRoute {
         let series = crate::metrics::RouteSeries::new(route.pattern());
         let payment_id = crate::payment_id::declared(&route.extensions);
         Ok(Self {
-            pattern: crate::payment::SharedStr::from(route.pattern()),
+            pattern: crate::payment::SharedStr::kept(route.pattern()),
             route,
             resolved,
             series,
@@ -65,7 +69,10 @@ impl CompiledRoute {
 }
 
 /// A route's offers as requirements, with what can be encoded once.
+///
+/// Aligned to 128 bytes, as [`CompiledRoute`] and for the same reason.
 #[derive(Debug)]
+#[repr(align(128))]
 pub(super) struct Resolved {
     pub(super) accepts: Vec<ResolvedOffer>,
     /// The same requirements, as the challenge lists them.
