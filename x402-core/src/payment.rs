@@ -32,8 +32,7 @@ pub struct VerifiedPayment {
     /// The recipient.
     pub pay_to: SharedStr,
     /// The seller's requirement the payment matched (for a session call, the
-    /// first way the session was sold). Made once per offer of the engine's
-    /// route table and shared by the payments that match it.
+    /// first way the session was sold). Shared with the engine's route table.
     pub requirements: Arc<v2::PaymentRequirements>,
     /// The matched route's pattern.
     pub route: SharedStr,

@@ -376,7 +376,7 @@ impl Engine {
             amount: offer.requirements.amount,
             asset: names.asset.clone(),
             pay_to: names.pay_to.clone(),
-            requirements: names.requirements.clone(),
+            requirements: offer.requirements.clone(),
             route: compiled.pattern.clone(),
             meter: meter.clone(),
             session: None,
@@ -485,7 +485,7 @@ impl Engine {
             amount: AtomicAmount::ZERO,
             asset: names.asset.clone(),
             pay_to: names.pay_to.clone(),
-            requirements: names.requirements.clone(),
+            requirements: first.requirements.clone(),
             route: compiled.pattern.clone(),
             meter: None,
             session: Some(SessionCall {

@@ -98,26 +98,21 @@ impl ResolvedOffer {
     }
 }
 
-/// A requirement's scheme, network, asset and recipient as [`SharedStr`]s,
-/// and a copy of the requirement: made at most once per offer, so that a
+/// A requirement's scheme, network, asset and recipient as [`SharedStr`]s:
+/// made at most once per offer, so that a
 /// [`VerifiedPayment`](crate::VerifiedPayment) shares them instead of
-/// copying them per request. The copy is the payments' own: their clones
-/// write its reference count from every core, and the offer's own
-/// requirement, which every payment is matched against, stays on cache
-/// lines nobody writes.
+/// copying them per request (kept ones: see [`SharedStr`]).
 #[derive(Debug, Clone)]
 pub(crate) struct OfferNames {
     pub(crate) scheme: SharedStr,
     pub(crate) network: SharedStr,
     pub(crate) asset: SharedStr,
     pub(crate) pay_to: SharedStr,
-    pub(crate) requirements: Arc<v2::PaymentRequirements>,
 }
 
 impl OfferNames {
     fn of(requirements: &v2::PaymentRequirements) -> Self {
         Self {
-            requirements: Arc::new(requirements.clone()),
             scheme: SharedStr::kept(&requirements.scheme),
             network: SharedStr::kept(&requirements.network),
             asset: SharedStr::kept(&requirements.asset),
@@ -242,9 +237,8 @@ pub(crate) fn announce_flow(mut offer: ResolvedOffer, timing: SettlementTiming) 
         Arc::make_mut(&mut offer.requirements)
             .extra
             .insert(PAYMENT_FLOW.into(), Value::String("upfront".into()));
-        // Copies made before would say otherwise.
+        // A facilitator's copy made before would say otherwise.
         offer.wire = OnceLock::new();
-        offer.names = OnceLock::new();
     }
     offer
 }
