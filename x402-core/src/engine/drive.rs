@@ -224,14 +224,15 @@ impl InFlight {
 struct Tracked(Engine);
 
 /// Work started in a caller's task, counted in [`InFlight`] until it ends:
-/// if the caller is dropped first, the rest of it is spawned, and its place
-/// in the count moves to that task. It borrows the engine, which is cloned
-/// only then, and finds the runtime only then: every paid request runs
-/// one, and each clone of the engine or of the runtime's handle writes a
-/// reference count that every core's requests write too.
+/// if the caller is dropped first, the rest of it is spawned on the runtime
+/// it started on, and its place in the count moves to that task. It
+/// borrows the engine, which is cloned only then: every paid request runs
+/// one, and each clone writes the engine's reference count, which every
+/// core's requests write too.
 struct HandOff<'a, F: Future + Send + 'static> {
     work: Option<Pin<Box<F>>>,
     engine: &'a Engine,
+    runtime: tokio::runtime::Handle,
 }
 
 impl<F: Future + Send + 'static> Drop for HandOff<'_, F> {
@@ -242,21 +243,11 @@ impl<F: Future + Send + 'static> Drop for HandOff<'_, F> {
         };
         // Counted already: the task's `Tracked` leaves for it.
         let tracked = Tracked(self.engine.clone());
-        // Dropped where it ran (a client that hangs up is dropped by its
-        // connection's task), or by a runtime shutting down, which drops
-        // its tasks within its context.
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    let _tracked = tracked;
-                    // Nobody is left to take the outcome.
-                    let _ = work.await;
-                });
-            }
-            Err(_) => tracing::error!(
-                "x402: a paid request's settlement was dropped outside a Tokio runtime before it finished; its outcome is unknown"
-            ),
-        }
+        self.runtime.spawn(async move {
+            let _tracked = tracked;
+            // Nobody is left to take the outcome.
+            let _ = work.await;
+        });
     }
 }
 
@@ -302,15 +293,14 @@ impl Engine {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        // In a task there is a runtime; elsewhere (`block_on`) ask for
-        // one. (Asking clones the runtime's handle.)
-        if tokio::task::try_id().is_none() && tokio::runtime::Handle::try_current().is_err() {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return Some(work.await);
-        }
+        };
         self.inner.in_flight.enter();
         let mut handoff = HandOff {
             work: Some(work),
             engine: self,
+            runtime,
         };
         std::future::poll_fn(|cx| {
             let Some(work) = handoff.work.as_mut() else {
