@@ -116,21 +116,39 @@ pub(crate) const KEPT_BYTES: usize = 64 * 1024;
 /// request make their offers' names per paid request: a look-up under a
 /// lock held for that look-up alone, where each name was an allocation.)
 fn keep(s: &str) -> Option<&'static str> {
-    use std::collections::BTreeSet;
     use std::sync::{Mutex, PoisonError};
-    static KEPT: Mutex<(BTreeSet<&'static str>, usize)> = Mutex::new((BTreeSet::new(), 0));
-    let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
-    let (texts, bytes) = &mut *kept;
-    if let Some(&text) = texts.get(s) {
-        return Some(text);
+    static KEPT: Mutex<Kept> = Mutex::new(Kept::new(KEPT_BYTES));
+    KEPT.lock().unwrap_or_else(PoisonError::into_inner).keep(s)
+}
+
+/// Texts kept for the life of the process, each once, up to a budget.
+struct Kept {
+    texts: std::collections::BTreeSet<&'static str>,
+    bytes: usize,
+    budget: usize,
+}
+
+impl Kept {
+    const fn new(budget: usize) -> Self {
+        Self {
+            texts: std::collections::BTreeSet::new(),
+            bytes: 0,
+            budget,
+        }
     }
-    if *bytes + s.len() > KEPT_BYTES {
-        return None;
+
+    fn keep(&mut self, s: &str) -> Option<&'static str> {
+        if let Some(&text) = self.texts.get(s) {
+            return Some(text);
+        }
+        if self.bytes + s.len() > self.budget {
+            return None;
+        }
+        let text: &'static str = Box::leak(Box::from(s));
+        self.texts.insert(text);
+        self.bytes += s.len();
+        Some(text)
     }
-    let text: &'static str = Box::leak(Box::from(s));
-    texts.insert(text);
-    *bytes += s.len();
-    Some(text)
 }
 
 impl PartialEq for SharedStr {
@@ -292,15 +310,23 @@ mod tests {
     }
 
     #[test]
-    fn a_kept_string_is_kept_once_and_equals_a_counted_one() {
+    fn a_text_is_kept_once_within_its_budget() {
+        let mut kept = super::Kept::new(8);
+        let first = kept.keep("exact").unwrap();
+        // The same text at another address gets the same copy.
+        let copy = String::from("exact");
+        assert!(std::ptr::eq(kept.keep(copy.as_str()).unwrap(), first));
+        assert_ne!(first.as_ptr(), copy.as_ptr());
+        // 5 bytes kept, 3 left: a 4-byte text is refused, a 3-byte one kept.
+        assert_eq!(kept.keep("base"), None);
+        assert_eq!(kept.keep("evm"), Some("evm"));
+        assert_eq!(kept.keep("exact"), Some("exact"));
+    }
+
+    #[test]
+    fn a_kept_string_equals_a_counted_one() {
         let text = "/kept/test/route/{id}";
         let kept = SharedStr::kept(text);
-        // The same text at another address.
-        let copy = String::from(text);
-        let again = SharedStr::kept(copy.as_str());
-        // Kept once: the second asks for the same text and gets the copy.
-        assert!(std::ptr::eq(kept.as_str(), again.as_str()));
-        assert!(!std::ptr::eq(kept.as_str(), text));
         let counted = SharedStr::from(text);
         assert_eq!(kept, counted);
         assert_eq!(kept.cmp(&counted), std::cmp::Ordering::Equal);
