@@ -4,7 +4,7 @@ use serde_json::Value;
 
 use crate::{
     network::{self, Family},
-    proto::{field, field_of, v1, v2, JsonObject},
+    proto::{field, has_field, v1, v2, JsonObject},
     route::{EXACT, UPTO},
 };
 
@@ -73,7 +73,7 @@ pub(crate) fn transfer_method_matches(
     }
     let permit2 =
         field(&requirement.extra, "assetTransferMethod").and_then(Value::as_str) == Some("permit2");
-    let has = |key: &str| field_of(payload, key).is_some_and(|v| !v.is_null());
+    let has = |key: &str| payload.as_object().is_some_and(|o| has_field(o, key));
     let (wanted, other) = if permit2 {
         ("permit2Authorization", "authorization")
     } else {

@@ -98,7 +98,7 @@ impl EvmPayload {
     /// ignored.
     pub fn from_value(value: &serde_json::Value) -> Result<Self, EvmPayloadError> {
         let object = value.as_object().ok_or(EvmPayloadError::NotAnObject)?;
-        let has = |key: &str| crate::proto::field(object, key).is_some_and(|v| !v.is_null());
+        let has = |key: &str| crate::proto::has_field(object, key);
         match (has("authorization"), has("permit2Authorization")) {
             (true, false) => ExactEvmPayload::deserialize(value)
                 .map(Self::Eip3009)

@@ -34,6 +34,13 @@ pub(crate) fn field<'a>(object: &'a JsonObject, key: &str) -> Option<&'a Value> 
     object.iter().find_map(|(k, v)| (k == key).then_some(v))
 }
 
+/// Whether `object` has `key` with a value other than `null`: how a
+/// payment's payload says which of its parts it carries (an EVM payload's
+/// `authorization` or `permit2Authorization`).
+pub(crate) fn has_field(object: &JsonObject, key: &str) -> bool {
+    field(object, key).is_some_and(|v| !v.is_null())
+}
+
 /// [`field`] of `value` when it is an object.
 pub(crate) fn field_of<'a>(value: &'a Value, key: &str) -> Option<&'a Value> {
     value.as_object().and_then(|object| field(object, key))
