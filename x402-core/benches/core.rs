@@ -30,10 +30,7 @@
     unreachable_pub
 )]
 
-use std::{
-    sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
-};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use alloy_primitives::{address, keccak256, Address, B256, U256};
 use alloy_signer::SignerSync;
@@ -44,9 +41,8 @@ use serde_json::{json, Map};
 use x402_core::{
     claim, codec,
     evm::{self, eip3009_domain, Eip3009Authorization, ExactEvmPayload},
-    facilitator::Facilitator,
     money::AtomicAmount,
-    proto::{v1, v2, FacilitatorRequest, PaymentPayload, PaymentRequirements, Version},
+    proto::{v1, v2, PaymentPayload, PaymentRequirements, Version},
     route::{Offer, RequestView, Route},
     testing::StandIn,
     Completion, Decision, Engine,
@@ -387,7 +383,13 @@ fn claim_benches(c: &mut Criterion) {
 
 #[cfg(feature = "local-facilitator")]
 fn facilitator_benches(c: &mut Criterion) {
-    use x402_core::local::{DevLedger, LocalFacilitator};
+    use std::sync::Arc;
+
+    use x402_core::{
+        facilitator::Facilitator,
+        local::{DevLedger, LocalFacilitator},
+        proto::FacilitatorRequest,
+    };
 
     let rt = rt();
     let ledger = Arc::new(DevLedger::new());

@@ -7,7 +7,7 @@
 use std::{sync::Arc, time::Duration};
 
 use http::{Request, Response, StatusCode};
-use serde_json::{json, Value};
+use serde_json::json;
 use x402_core::{
     facilitator::{FacilitatorErrorKind, FacilitatorRouter},
     readiness::Readiness,
@@ -298,7 +298,7 @@ mod local {
         assert!(!unreadable.wallets[0].low_gas);
         assert_eq!(
             serde_json::to_value(&unreadable).unwrap()["wallets"][0]["balanceWei"],
-            Value::Null
+            serde_json::Value::Null
         );
     }
 }
