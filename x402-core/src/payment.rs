@@ -60,12 +60,12 @@ pub struct SessionCall {
 /// `&str` and `String`.
 ///
 /// Most are shared by reference count. The few the engine hands to every
-/// paid request (a route's pattern, an offer's scheme, network, asset and
-/// recipient) are kept for the life of the process instead, and cloned
-/// without writing a count: every request on every core cloned and dropped
-/// them three times (the engine's copy, the handler's extensions, the
-/// extractor's), so the counts' cache lines moved between cores with every
-/// request.
+/// paid request (a route's pattern; the scheme, network, asset and
+/// recipient of an offer with a static price) are kept for the life of the
+/// process instead, and cloned without writing a count: every request on
+/// every core cloned and dropped them three times (the engine's copy, the
+/// handler's extensions, the extractor's), so the counts' cache lines moved
+/// between cores with every request.
 ///
 /// ```
 /// use x402_core::payment::SharedStr;
@@ -98,23 +98,30 @@ impl SharedStr {
     /// `s`, kept for the life of the process if it is among the first
     /// [`KEPT_BYTES`] bytes of such strings (each text is kept once), else
     /// counted. For text from the engine's configuration that every paid
-    /// request clones: a route's pattern, an offer's names.
+    /// request clones: a route's pattern, a static offer's names (not those
+    /// of offers priced per request, which would take the lock below on
+    /// every paid request).
     pub(crate) fn kept(s: &str) -> Self {
         match keep(s) {
             Some(kept) => Self(Repr::Kept(kept)),
             None => Self::from(s),
         }
     }
+
+    /// Whether the text is kept for the life of the process.
+    #[cfg(test)]
+    pub(crate) fn is_kept(&self) -> bool {
+        matches!(self.0, Repr::Kept(_))
+    }
 }
 
-/// How much text [`SharedStr::kept`] keeps at most, in all: routes priced
-/// per request may name any asset or recipient, and what is kept is never
-/// freed.
+/// How much text [`SharedStr::kept`] keeps at most, in all: what is kept is
+/// never freed, and an engine's routes (or many engines built in one
+/// process) may name more than is worth keeping.
 pub(crate) const KEPT_BYTES: usize = 64 * 1024;
 
-/// The kept copy of `s`, made if there is room left. (Routes priced per
-/// request make their offers' names per paid request: a look-up under a
-/// lock held for that look-up alone, where each name was an allocation.)
+/// The kept copy of `s`, made if there is room left: a look-up under a
+/// process-wide lock, taken when a route or a static offer makes its names.
 fn keep(s: &str) -> Option<&'static str> {
     use std::sync::{Mutex, PoisonError};
     static KEPT: Mutex<Kept> = Mutex::new(Kept::new(KEPT_BYTES));

@@ -420,7 +420,7 @@ impl Engine {
                     .get_or_try_init(|| async {
                         let all: Vec<&Offer> = offers.iter().chain(session_offers).collect();
                         let supported = self.supported_for(&all).await?;
-                        built(resolve_route(route, offers, supported.as_deref()))
+                        built(resolve_route(route, offers, supported.as_deref(), true))
                     })
                     .await?;
                 Ok(Some(resolved.clone()))
@@ -444,7 +444,7 @@ impl Engine {
                 let offers = above_floors(compiled, &self.inner.price_floors, offers)?;
                 let all: Vec<&Offer> = offers.iter().chain(session_offers).collect();
                 let supported = self.supported_for(&all).await?;
-                built(resolve_route(route, &offers, supported.as_deref())).map(Some)
+                built(resolve_route(route, &offers, supported.as_deref(), false)).map(Some)
             }
         }
     }
@@ -544,5 +544,49 @@ mod tests {
             is_send(&engine.process(view));
         }
         let _ = check;
+    }
+
+    /// A static price's offer lasts as long as its route, and a payment
+    /// shares its names without a count; a price made for one request does
+    /// not, and its names are counted, not kept for the life of the process
+    /// (nor looked up under the process-wide lock that keeps them).
+    #[tokio::test]
+    async fn only_offers_that_last_keep_their_names() {
+        use crate::{route::RequestInfo, testing};
+
+        let offer = || Offer::exact("eip155:84532", "$0.001", testing::PAY_TO);
+        let engine = Engine::builder(testing::StandIn::new())
+            .route(Route::get("/static").offer(offer()))
+            .route(
+                Route::get("/dynamic")
+                    .dynamic_pricing(move |_: RequestInfo| async move { Some(vec![offer()]) }),
+            )
+            .build()
+            .unwrap();
+        for (path, kept) in [("/static", true), ("/dynamic", false)] {
+            let challenge =
+                testing::challenge(&engine, http::Request::get(path).body(()).unwrap()).await;
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                crate::codec::PAYMENT_SIGNATURE,
+                HeaderValue::from_str(&testing::payment(&challenge.accepts[0])).unwrap(),
+            );
+            let (method, uri) = (http::Method::GET, http::Uri::from_static(path));
+            let Decision::Paid(paid) = engine
+                .process(RequestView::new(&method, &uri, &headers))
+                .await
+            else {
+                panic!("{path}: expected a paid request");
+            };
+            let payment = paid.payment();
+            for name in [
+                &payment.scheme,
+                &payment.network,
+                &payment.asset,
+                &payment.pay_to,
+            ] {
+                assert_eq!(name.is_kept(), kept, "{path}: {name}");
+            }
+        }
     }
 }

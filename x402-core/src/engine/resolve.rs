@@ -67,6 +67,10 @@ fn batch_delegates(offer: &Offer) -> bool {
 pub(crate) struct ResolvedOffer {
     pub(crate) requirements: Arc<v2::PaymentRequirements>,
     pub(crate) decimals: u8,
+    /// Whether the offer lives as long as its route (a static price),
+    /// rather than being resolved for one request: its names are then kept
+    /// for the life of the process (see [`SharedStr`]).
+    pub(crate) lasting: bool,
     /// The requirement's names, shared with the payments that match it:
     /// made by the first one (see [`names`](Self::names)).
     names: OnceLock<OfferNames>,
@@ -82,7 +86,7 @@ impl ResolvedOffer {
     /// request, 402s included, and most of those offers are never paid.
     pub(crate) fn names(&self) -> &OfferNames {
         self.names
-            .get_or_init(|| OfferNames::of(&self.requirements))
+            .get_or_init(|| OfferNames::of(&self.requirements, self.lasting))
     }
 
     /// The version 2 requirement of a facilitator request, copied and
@@ -101,7 +105,8 @@ impl ResolvedOffer {
 /// A requirement's scheme, network, asset and recipient as [`SharedStr`]s:
 /// made at most once per offer, so that a
 /// [`VerifiedPayment`](crate::VerifiedPayment) shares them instead of
-/// copying them per request (kept ones: see [`SharedStr`]).
+/// copying them per request (kept for the offers that last: see
+/// [`SharedStr`]).
 #[derive(Debug, Clone)]
 pub(crate) struct OfferNames {
     pub(crate) scheme: SharedStr,
@@ -111,12 +116,19 @@ pub(crate) struct OfferNames {
 }
 
 impl OfferNames {
-    fn of(requirements: &v2::PaymentRequirements) -> Self {
+    fn of(requirements: &v2::PaymentRequirements, keep: bool) -> Self {
+        let name = |s: &str| {
+            if keep {
+                SharedStr::kept(s)
+            } else {
+                SharedStr::from(s)
+            }
+        };
         Self {
-            scheme: SharedStr::kept(&requirements.scheme),
-            network: SharedStr::kept(&requirements.network),
-            asset: SharedStr::kept(&requirements.asset),
-            pay_to: SharedStr::kept(&requirements.pay_to),
+            scheme: name(&requirements.scheme),
+            network: name(&requirements.network),
+            asset: name(&requirements.asset),
+            pay_to: name(&requirements.pay_to),
         }
     }
 }
@@ -213,6 +225,7 @@ pub(crate) fn resolve_offer(
             other: JsonObject::new(),
         }),
         decimals,
+        lasting: false,
         names: OnceLock::new(),
         wire: OnceLock::new(),
     })

@@ -50,7 +50,7 @@ impl CompiledRoute {
                 .chain(route.sessions.iter().flat_map(|s| &s.offers))
                 .any(resolve::needs_supported);
             if !needs {
-                let r = resolve_route(&route, offers, None)?;
+                let r = resolve_route(&route, offers, None, true)?;
                 let _ = resolved.set(Arc::new(r));
             }
         }
@@ -185,11 +185,15 @@ pub(super) fn resolve_all(
     route: &Route,
     offers: &[Offer],
     supported: Option<&SupportedResponse>,
+    lasting: bool,
 ) -> Result<Vec<ResolvedOffer>, ConfigError> {
     offers
         .iter()
         .map(|o| {
-            resolve::resolve_offer(o, supported).map(|r| resolve::announce_flow(r, route.timing))
+            resolve::resolve_offer(o, supported).map(|mut r| {
+                r.lasting = lasting;
+                resolve::announce_flow(r, route.timing)
+            })
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(|source| ConfigError::Offer {
@@ -198,12 +202,16 @@ pub(super) fn resolve_all(
         })
 }
 
+/// `route`'s offers resolved; `lasting` when they are kept for the route's
+/// life (a static price) rather than resolved for one request
+/// ([`ResolvedOffer::lasting`]).
 pub(super) fn resolve_route(
     route: &Route,
     offers: &[Offer],
     supported: Option<&SupportedResponse>,
+    lasting: bool,
 ) -> Result<Resolved, ConfigError> {
-    let accepts = resolve_all(route, offers, supported)?;
+    let accepts = resolve_all(route, offers, supported, lasting)?;
     let rows = accepts
         .iter()
         .map(|a| (*a.requirements).clone())
@@ -215,7 +223,7 @@ pub(super) fn resolve_route(
             calls: s.calls,
             ttl: s.ttl,
             scope: SharedStr::from(s.scope.as_str()),
-            accepts: resolve_all(route, &s.offers, supported)?,
+            accepts: resolve_all(route, &s.offers, supported, lasting)?,
         });
     }
     let mut extensions = route.extensions.clone();
