@@ -5,11 +5,22 @@
 //! the paid path's. A general client (reqwest over hyper-util's pool) runs
 //! each connection in a task of its own and hands every request and answer
 //! across tasks, parses the URL into a URI on every call and allocates a
-//! little at every layer. Here a call takes an idle connection from the pool
-//! (or opens one), writes one pre-built request and reads the answer in the
-//! caller's task, polling hyper's connection state machine itself, and puts
-//! the connection back: no task switch, no channel, and the target and
-//! headers built once per client.
+//! little at every layer; hyper's own connection, driven in place, still
+//! takes a fresh 8 kB read buffer for every answer (it reads ahead while the
+//! answer's body still shares the last one), a channel for the answer and
+//! one for its body. Here a call takes an idle connection from the pool (or
+//! opens one), writes its request head and body in one vectored write, and
+//! reads the answer in the caller's task with `httparse` into the
+//! connection's own buffer, which the next call reuses; then the connection
+//! goes back to the pool. The only allocation of an ordinary call is the
+//! answer's body.
+//!
+//! What it reads is what a facilitator can answer: a status line and
+//! headers (at most [`MAX_HEAD`] bytes and [`MAX_HEADERS`] fields, `1xx`
+//! heads skipped), then a body framed by `Transfer-Encoding: chunked`,
+//! `Content-Length`, or the end of the connection. A connection is reused
+//! only when its answer was read to its exact end, with nothing after it,
+//! and neither side asked to close.
 //!
 //! Used by [`HttpFacilitator`](super::HttpFacilitator) unless a
 //! `reqwest::Client` is supplied or a proxy is configured in the
@@ -19,7 +30,8 @@
 use std::{
     error::Error as StdError,
     fmt,
-    future::{poll_fn, Future},
+    future::Future,
+    io::{self, IoSlice, Write as _},
     pin::Pin,
     sync::{Arc, Mutex, PoisonError},
     task::{Context, Poll},
@@ -27,13 +39,12 @@ use std::{
 };
 
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode, Uri};
-use http_body::Body as _;
-use http_body_util::Full;
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
+use http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use reqwest::Url;
-use tokio::net::TcpStream;
+use tokio::{
+    io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf},
+    net::TcpStream,
+};
 
 /// Idle connections kept per facilitator.
 const MAX_IDLE: usize = 64;
@@ -44,13 +55,86 @@ const MAX_IDLE: usize = 64;
 /// ours are dropped well before.
 const IDLE_LIFETIME: Duration = Duration::from_secs(20);
 
-/// A connection's state machine, boxed: plain TCP or TLS.
-type Driver = Pin<Box<dyn Future<Output = hyper::Result<()>> + Send>>;
+/// The largest answer head read (status line, headers, and a chunked
+/// body's size lines and trailers): hyper's default limit.
+const MAX_HEAD: usize = 64 * 1024;
 
-/// One keep-alive connection.
+/// The most header fields an answer head may have (hyper's default).
+const MAX_HEADERS: usize = 100;
+
+/// What a connection's buffer starts with and is cut back to between
+/// calls: room for a request head and a usual answer.
+const BUFFER: usize = 2048;
+
+/// A connection's byte stream: plain TCP or TLS.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// One keep-alive connection and its buffer: each call writes its request
+/// head there, then reads the answer into it.
 struct Connection {
-    sender: SendRequest<Full<Bytes>>,
-    driver: Driver,
+    stream: Stream,
+    buffer: Vec<u8>,
     idle_since: Instant,
 }
 
@@ -112,8 +196,8 @@ pub(crate) struct Transport {
         tokio_rustls::TlsConnector,
         rustls_pki_types::ServerName<'static>,
     )>,
-    /// `Host`, `User-Agent` and `Accept`, sent with every request.
-    headers: HeaderMap,
+    /// `Host`, `User-Agent` and `Accept` lines, sent with every request.
+    fixed: Vec<u8>,
     connect_timeout: Option<Duration>,
     idle: Mutex<Vec<Connection>>,
 }
@@ -151,19 +235,24 @@ impl Transport {
             }
             _ => None,
         };
-        let mut headers = HeaderMap::with_capacity(4);
         let authority = match base.port() {
             Some(port) => format!("{host}:{port}"),
             None => host,
         };
-        headers.insert(header::HOST, HeaderValue::try_from(authority)?);
-        headers.insert(header::USER_AGENT, HeaderValue::from_static(user_agent));
-        headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+        // Checked as header values: no line breaks can reach the head.
+        let mut fixed = Vec::with_capacity(64 + authority.len() + user_agent.len());
+        for (name, value) in [
+            (header::HOST, HeaderValue::try_from(authority)?),
+            (header::USER_AGENT, HeaderValue::try_from(user_agent)?),
+            (header::ACCEPT, HeaderValue::from_static("application/json")),
+        ] {
+            write_field(&mut fixed, name.as_str(), &value);
+        }
         Ok(Some(Self {
             host: bare_host,
             port,
             tls,
-            headers,
+            fixed,
             connect_timeout,
             idle: Mutex::new(Vec::new()),
         }))
@@ -180,36 +269,18 @@ impl Transport {
 
     /// Sends one request (`POST` with a JSON `body`, or `GET`) to `target`
     /// (a path and query) and reads the answer, up to `max` body bytes.
-    ///
-    /// The request is built before the future, which then holds it once
-    /// (an `async fn` would hold its arguments as well): the caller boxes
-    /// this future, within 1 032 bytes (see `engine::BoxedDecision`).
-    pub(crate) fn call(
-        &self,
-        target: &Uri,
+    pub(crate) fn call<'a>(
+        &'a self,
+        target: &'a Uri,
         body: Option<Bytes>,
         extra_headers: Option<HeaderMap>,
         max: usize,
-    ) -> impl Future<Output = Result<Answer, TransportError>> + Send + '_ {
-        let post = body.is_some();
-        let mut request = Request::new(Full::new(body.unwrap_or_default()));
-        *request.uri_mut() = target.clone();
-        if post {
-            *request.method_mut() = Method::POST;
-        }
-        let headers = request.headers_mut();
-        headers.clone_from(&self.headers);
-        if post {
-            headers.insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-        }
-        if let Some(extra) = extra_headers {
-            headers.extend(extra);
-        }
-
-        let mut request = Some(request);
+    ) -> impl Future<Output = Result<Answer, TransportError>> + Send + 'a {
+        let request = Request {
+            target,
+            body,
+            extra_headers,
+        };
         async move {
             // A pooled connection the server has closed refuses the request
             // unsent; then the next one (or a fresh one) is tried.
@@ -220,21 +291,17 @@ impl Transport {
                     // most of this one's size, which every call would carry.
                     None => (Box::pin(self.connect()).await?, true),
                 };
-                let Some(message) = request.take() else {
-                    return Err(TransportError::connect("no request to send"));
-                };
-                match exchange(&mut connection, message, max).await {
-                    Ok(answer) => {
-                        self.checkin(connection);
+                match exchange(&mut connection, &self.fixed, &request, max).await {
+                    Ok((answer, reusable)) => {
+                        if reusable {
+                            self.checkin(connection);
+                        }
                         return Ok(answer);
                     }
-                    Err(Failure::Unsent(message, error)) => {
-                        let message = *message;
-                        if fresh {
-                            return Err(TransportError::connect(error));
-                        }
-                        request = Some(message);
+                    Err(Failure::Unsent(error)) if !fresh => {
+                        tracing::debug!(%error, "x402: a pooled facilitator connection was closed; retrying on another");
                     }
+                    Err(Failure::Unsent(error)) => return Err(TransportError::connect(error)),
                     Err(Failure::Failed(error)) => return Err(TransportError::exchange(error)),
                 }
             }
@@ -269,16 +336,20 @@ impl Transport {
                 .await
                 .map_err(TransportError::connect)?;
             tcp.set_nodelay(true).map_err(TransportError::connect)?;
-            match &self.tls {
-                None => handshake(tcp).await,
-                Some((connector, name)) => {
-                    let tls = connector
+            let stream = match &self.tls {
+                None => Stream::Plain(tcp),
+                Some((connector, name)) => Stream::Tls(Box::new(
+                    connector
                         .connect(name.clone(), tcp)
                         .await
-                        .map_err(TransportError::connect)?;
-                    handshake(tls).await
-                }
-            }
+                        .map_err(TransportError::connect)?,
+                )),
+            };
+            Ok(Connection {
+                stream,
+                buffer: Vec::with_capacity(BUFFER),
+                idle_since: Instant::now(),
+            })
         };
         match self.connect_timeout {
             Some(limit) => tokio::time::timeout(limit, open)
@@ -289,141 +360,411 @@ impl Transport {
     }
 }
 
-async fn handshake<T>(io: T) -> Result<Connection, TransportError>
-where
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
-{
-    let (sender, connection) = http1::handshake(TokioIo::new(io))
-        .await
-        .map_err(TransportError::connect)?;
-    Ok(Connection {
-        sender,
-        driver: Box::pin(connection),
-        idle_since: Instant::now(),
-    })
+/// One request: `POST` when it has a body, else `GET`.
+struct Request<'a> {
+    target: &'a Uri,
+    body: Option<Bytes>,
+    extra_headers: Option<HeaderMap>,
+}
+
+/// `name: value\r\n`.
+fn write_field(head: &mut Vec<u8>, name: &str, value: &HeaderValue) {
+    head.extend_from_slice(name.as_bytes());
+    head.extend_from_slice(b": ");
+    head.extend_from_slice(value.as_bytes());
+    head.extend_from_slice(b"\r\n");
 }
 
 /// Why an exchange failed.
 enum Failure {
-    /// The request was handed back unsent (the connection was closed).
-    Unsent(Box<Request<Full<Bytes>>>, Box<dyn StdError + Send + Sync>),
+    /// Nothing of the request was written (the connection was closed).
+    Unsent(Box<dyn StdError + Send + Sync>),
     /// The request may have been sent.
     Failed(Box<dyn StdError + Send + Sync>),
 }
 
-/// Polls the connection's state machine once; whether it can still carry a
-/// request. A server's close is seen here, before a request is risked on it.
+/// Whether an idle connection can still carry a request: neither closed
+/// nor holding bytes nobody asked for. A server's close is seen here,
+/// before a request is risked on it. (A TLS connection's own records,
+/// such as session tickets, are read here and hold no data.)
 fn is_open(connection: &mut Connection) -> bool {
-    let waker = std::task::Waker::noop();
-    let mut cx = Context::from_waker(waker);
-    match connection.driver.as_mut().poll(&mut cx) {
-        Poll::Ready(_) => false,
-        Poll::Pending => !connection.sender.is_closed(),
-    }
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let mut probe = [0u8; 1];
+    let mut probe = ReadBuf::new(&mut probe);
+    matches!(
+        Pin::new(&mut connection.stream).poll_read(&mut cx, &mut probe),
+        Poll::Pending
+    )
 }
 
-/// Drives `future` and the connection together until `future` is done; an
-/// error if the connection ends first.
-async fn drive<F: Future + Unpin>(
-    driver: &mut Driver,
-    future: &mut F,
-) -> Result<F::Output, Box<dyn StdError + Send + Sync>> {
-    let mut ended = false;
-    poll_fn(|cx| {
-        if let Poll::Ready(output) = Pin::new(&mut *future).poll(cx) {
-            return Poll::Ready(Ok(output));
-        }
-        if ended {
-            return Poll::Pending;
-        }
-        match driver.as_mut().poll(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(result) => {
-                ended = true;
-                // The last answer may have completed with the connection.
-                if let Poll::Ready(output) = Pin::new(&mut *future).poll(cx) {
-                    return Poll::Ready(Ok(output));
-                }
-                Poll::Ready(Err(match result {
-                    Err(error) => error.into(),
-                    Ok(()) => "the facilitator closed the connection".into(),
-                }))
-            }
-        }
-    })
-    .await
+/// A malformed or refused answer.
+fn malformed(what: &'static str) -> Failure {
+    Failure::Failed(what.into())
 }
 
-/// One request and its answer on `connection`.
+/// One request and its answer on `connection`; the answer, and whether the
+/// connection can carry another.
 async fn exchange(
     connection: &mut Connection,
-    request: Request<Full<Bytes>>,
+    fixed: &[u8],
+    request: &Request<'_>,
     max: usize,
-) -> Result<Answer, Failure> {
-    let Connection { sender, driver, .. } = connection;
-    let mut ready = poll_fn(|cx| sender.poll_ready(cx));
-    // Nothing is written before the connection is ready: a failure here
-    // leaves the request unsent.
-    match drive(driver, &mut ready).await {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => return Err(Failure::Unsent(Box::new(request), error.into())),
-        Err(error) => return Err(Failure::Unsent(Box::new(request), error)),
+) -> Result<(Answer, bool), Failure> {
+    let Connection { stream, buffer, .. } = connection;
+    // The head, written into the connection's buffer.
+    buffer.clear();
+    let body = request.body.as_deref().unwrap_or_default();
+    buffer.extend_from_slice(if request.body.is_some() {
+        b"POST "
+    } else {
+        b"GET "
+    });
+    let target = request
+        .target
+        .path_and_query()
+        .map_or("/", http::uri::PathAndQuery::as_str);
+    buffer.extend_from_slice(target.as_bytes());
+    buffer.extend_from_slice(b" HTTP/1.1\r\n");
+    buffer.extend_from_slice(fixed);
+    if request.body.is_some() {
+        buffer.extend_from_slice(b"content-type: application/json\r\ncontent-length: ");
+        // Writing to a vector cannot fail.
+        let _ = write!(buffer, "{}\r\n", body.len());
     }
-    let mut sending = Box::pin(sender.try_send_request(request));
-    let response = match drive(driver, &mut sending).await {
-        Ok(Ok(response)) => response,
-        Ok(Err(mut error)) => {
-            return Err(match error.take_message() {
-                Some(request) => Failure::Unsent(Box::new(request), error.into_error().into()),
-                None => Failure::Failed(error.into_error().into()),
-            })
+    if let Some(extra) = &request.extra_headers {
+        for (name, value) in extra {
+            write_field(buffer, name.as_str(), value);
         }
-        Err(error) => return Err(Failure::Failed(error)),
-    };
-    let status = response.status();
-    let extension_responses = response.headers().get(super::EXTENSION_RESPONSES).cloned();
-    let mut body = response.into_body();
-    let mut out = Vec::with_capacity(
-        body.size_hint()
-            .exact()
-            .map_or(1024, |n| usize::try_from(n).unwrap_or(max).min(max)),
-    );
-    loop {
-        let mut frame = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx));
-        match drive(driver, &mut frame).await {
-            Ok(None) => break,
-            Ok(Some(Ok(frame))) => {
-                if let Ok(data) = frame.into_data() {
-                    let room = max.saturating_sub(out.len());
-                    if data.len() > room {
-                        out.extend_from_slice(data.get(..room).unwrap_or_default());
-                        // The rest is not read: the connection is not reused.
-                        sender_close(connection);
-                        return Ok(Answer {
-                            status,
-                            body: out,
-                            truncated: true,
-                            extension_responses,
-                        });
-                    }
-                    out.extend_from_slice(&data);
-                }
+    }
+    buffer.extend_from_slice(b"\r\n");
+    write_request(stream, buffer, body).await?;
+
+    // The answer's head, past any `1xx`.
+    buffer.clear();
+    let head = loop {
+        if let Some(head) = read_head(buffer)? {
+            if head.informational {
+                buffer.drain(..head.length);
+                continue;
             }
-            Ok(Some(Err(error))) => return Err(Failure::Failed(error.into())),
-            Err(error) => return Err(Failure::Failed(error)),
+            break head;
         }
+        if buffer.len() >= MAX_HEAD {
+            return Err(malformed("the facilitator's answer head is too large"));
+        }
+        if fill(stream, buffer).await? == 0 {
+            return Err(malformed(
+                "the facilitator closed the connection without answering",
+            ));
+        }
+    };
+    let status = head.status;
+    let extension_responses = head.extension_responses;
+    let mut reusable = head.keep_alive;
+    let mut reader = Reader {
+        stream,
+        buffer,
+        at: head.length,
+    };
+    let mut out = Vec::new();
+    let truncated = match head.framing {
+        Framing::Empty => false,
+        Framing::Length(length) => reader.length(length, max, &mut out).await?,
+        Framing::Chunked => reader.chunked(max, &mut out).await?,
+        Framing::UntilClose => {
+            reusable = false;
+            reader.until_close(max, &mut out).await?
+        }
+    };
+    // Reused only when the answer ended exactly where its bytes did.
+    reusable &= !truncated && reader.at == reader.buffer.len();
+    reader.buffer.clear();
+    if reader.buffer.capacity() > 8 * BUFFER {
+        reader.buffer.shrink_to(BUFFER);
     }
-    Ok(Answer {
-        status,
-        body: out,
-        truncated: false,
-        extension_responses,
-    })
+    Ok((
+        Answer {
+            status,
+            body: out,
+            truncated,
+            extension_responses,
+        },
+        reusable,
+    ))
 }
 
-/// Marks a connection unfit for reuse (its answer was not read to the end).
-fn sender_close(connection: &mut Connection) {
-    connection.driver = Box::pin(std::future::ready(Ok(())));
+/// Writes `head` then `body`, in one vectored write where the stream takes
+/// it; [`Failure::Unsent`] if the stream refused the first byte.
+async fn write_request(stream: &mut Stream, head: &[u8], body: &[u8]) -> Result<(), Failure> {
+    let total = head.len() + body.len();
+    let mut written = 0;
+    while written < total {
+        let (first, second) = if written < head.len() {
+            (&head[written..], body)
+        } else {
+            (&body[written - head.len()..], &[][..])
+        };
+        let slices = [IoSlice::new(first), IoSlice::new(second)];
+        match stream.write_vectored(&slices).await {
+            Ok(0) => {
+                let error = io::Error::from(io::ErrorKind::WriteZero);
+                return Err(if written == 0 {
+                    Failure::Unsent(error.into())
+                } else {
+                    Failure::Failed(error.into())
+                });
+            }
+            Ok(n) => written += n,
+            Err(error) if written == 0 => return Err(Failure::Unsent(error.into())),
+            Err(error) => return Err(Failure::Failed(error.into())),
+        }
+    }
+    stream
+        .flush()
+        .await
+        .map_err(|error| Failure::Failed(error.into()))
+}
+
+/// Reads what the stream has into `buffer`'s spare room (made if there is
+/// little); how many bytes, `0` at its end.
+async fn fill(stream: &mut Stream, buffer: &mut Vec<u8>) -> Result<usize, Failure> {
+    if buffer.capacity() - buffer.len() < 512 {
+        buffer.reserve(buffer.capacity().max(BUFFER));
+    }
+    stream
+        .read_buf(buffer)
+        .await
+        .map_err(|error| Failure::Failed(error.into()))
+}
+
+/// How an answer's body is delimited.
+enum Framing {
+    /// No body (`204`, `304`).
+    Empty,
+    Length(u64),
+    Chunked,
+    /// Until the server closes the connection.
+    UntilClose,
+}
+
+/// An answer's head, read.
+struct Head {
+    /// Its length in bytes.
+    length: usize,
+    status: StatusCode,
+    /// A `1xx`, to skip.
+    informational: bool,
+    framing: Framing,
+    /// HTTP/1.1 without `Connection: close`.
+    keep_alive: bool,
+    extension_responses: Option<HeaderValue>,
+}
+
+/// The head at the start of `buffer`, or `None` if it is not all there yet.
+fn read_head(buffer: &[u8]) -> Result<Option<Head>, Failure> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut answer = httparse::Response::new(&mut fields);
+    let length = match answer.parse(buffer) {
+        Ok(httparse::Status::Complete(length)) => length,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(error) => return Err(Failure::Failed(error.into())),
+    };
+    let code = answer.code.unwrap_or_default();
+    let status =
+        StatusCode::from_u16(code).map_err(|_| malformed("the facilitator's status is invalid"))?;
+    if code == 101 {
+        return Err(malformed("the facilitator switched protocols"));
+    }
+    let mut keep_alive = answer.version == Some(1);
+    let mut length_field: Option<u64> = None;
+    let mut chunked = None;
+    let mut extension_responses = None;
+    for field in answer.headers.iter() {
+        let name = field.name;
+        if name.eq_ignore_ascii_case("content-length") {
+            let value = std::str::from_utf8(field.value)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .ok_or_else(|| malformed("the facilitator's Content-Length is invalid"))?;
+            if length_field.is_some_and(|seen| seen != value) {
+                return Err(malformed("the facilitator sent two Content-Lengths"));
+            }
+            length_field = Some(value);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            // Chunked only when it is the last coding applied.
+            let last = field
+                .value
+                .rsplit(|b| *b == b',')
+                .next()
+                .unwrap_or_default();
+            chunked = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+        } else if name.eq_ignore_ascii_case("connection") {
+            if field
+                .value
+                .split(|b| *b == b',')
+                .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"))
+            {
+                keep_alive = false;
+            }
+        } else if name.eq_ignore_ascii_case(super::EXTENSION_RESPONSES) {
+            extension_responses = HeaderValue::from_bytes(field.value).ok();
+        }
+    }
+    let framing = if (100..200).contains(&code) || code == 204 || code == 304 {
+        Framing::Empty
+    } else {
+        match (chunked, length_field) {
+            (Some(true), _) => Framing::Chunked,
+            // Another coding last: the body runs to the connection's end.
+            (Some(false), _) => Framing::UntilClose,
+            (None, Some(length)) => Framing::Length(length),
+            (None, None) => Framing::UntilClose,
+        }
+    };
+    if chunked.is_some() && length_field.is_some() {
+        // Both framings named: the chunked one is read, and the
+        // connection, which a go-between may read otherwise, is not reused.
+        keep_alive = false;
+    }
+    Ok(Some(Head {
+        length,
+        status,
+        informational: (100..200).contains(&code),
+        framing,
+        keep_alive,
+        extension_responses,
+    }))
+}
+
+/// An answer's body, read from `buffer` at `at`, refilled from `stream`.
+struct Reader<'a> {
+    stream: &'a mut Stream,
+    buffer: &'a mut Vec<u8>,
+    at: usize,
+}
+
+impl Reader<'_> {
+    /// The bytes after `at` so far.
+    fn unread(&self) -> &[u8] {
+        self.buffer.get(self.at..).unwrap_or_default()
+    }
+
+    /// More bytes; an error at the stream's end.
+    async fn more(&mut self) -> Result<(), Failure> {
+        // Everything before `at` is read: make room by dropping it.
+        if self.at > 0 && self.at == self.buffer.len() {
+            self.buffer.clear();
+            self.at = 0;
+        }
+        if fill(self.stream, self.buffer).await? == 0 {
+            return Err(malformed(
+                "the facilitator closed the connection mid-answer",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Up to `n` unread bytes into `out`, up to `max` in all; whether it
+    /// stopped at `max`.
+    fn take(&mut self, n: usize, max: usize, out: &mut Vec<u8>) -> bool {
+        let unread = self.unread();
+        let n = n.min(unread.len());
+        let room = max.saturating_sub(out.len());
+        let kept = n.min(room);
+        out.extend_from_slice(unread.get(..kept).unwrap_or_default());
+        self.at += n;
+        kept < n
+    }
+
+    /// A `Content-Length` body.
+    async fn length(
+        &mut self,
+        length: u64,
+        max: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, Failure> {
+        let over = length > max as u64;
+        let wanted = if over { max } else { length as usize };
+        out.reserve_exact(wanted);
+        let mut left = wanted;
+        loop {
+            let before = out.len();
+            self.take(left, usize::MAX, out);
+            left -= out.len() - before;
+            if left == 0 {
+                return Ok(over);
+            }
+            self.more().await?;
+        }
+    }
+
+    /// A chunked body: each chunk's size line, its data and its line end,
+    /// then the trailer fields after the last one.
+    async fn chunked(&mut self, max: usize, out: &mut Vec<u8>) -> Result<bool, Failure> {
+        let mut lines = 0usize;
+        loop {
+            let line = self.line(&mut lines).await?;
+            let digits = line.split(|b| *b == b';').next().unwrap_or_default();
+            let size = std::str::from_utf8(digits.trim_ascii())
+                .ok()
+                .filter(|d| !d.is_empty())
+                .and_then(|d| u64::from_str_radix(d, 16).ok())
+                .ok_or_else(|| malformed("the facilitator's chunk size is invalid"))?;
+            if size == 0 {
+                // Trailer fields, up to the empty line.
+                while !self.line(&mut lines).await?.is_empty() {}
+                return Ok(false);
+            }
+            let mut left = size;
+            while left > 0 {
+                if self.unread().is_empty() {
+                    self.more().await?;
+                }
+                let step = left.min(self.unread().len() as u64) as usize;
+                if self.take(step, max, out) {
+                    return Ok(true);
+                }
+                left -= step as u64;
+            }
+            if !self.line(&mut lines).await?.is_empty() {
+                return Err(malformed("the facilitator's chunk is longer than it said"));
+            }
+        }
+    }
+
+    /// The next line (without its `\r\n`), counted in `lines`' bytes
+    /// against [`MAX_HEAD`].
+    async fn line(&mut self, read: &mut usize) -> Result<Vec<u8>, Failure> {
+        loop {
+            if let Some(end) = self.unread().windows(2).position(|w| w == b"\r\n") {
+                let line = self.unread().get(..end).unwrap_or_default().to_vec();
+                self.at += end + 2;
+                *read += end + 2;
+                return Ok(line);
+            }
+            if *read + self.unread().len() >= MAX_HEAD {
+                return Err(malformed("the facilitator's chunk lines are too long"));
+            }
+            self.more().await?;
+        }
+    }
+
+    /// A body that ends with the connection.
+    async fn until_close(&mut self, max: usize, out: &mut Vec<u8>) -> Result<bool, Failure> {
+        loop {
+            let left = self.unread().len();
+            if self.take(left, max, out) {
+                return Ok(true);
+            }
+            if self.at > 0 {
+                self.buffer.clear();
+                self.at = 0;
+            }
+            if fill(self.stream, self.buffer).await? == 0 {
+                return Ok(false);
+            }
+        }
+    }
 }
 
 /// Whether the environment names a proxy (which reqwest would use).
@@ -488,80 +829,30 @@ mod tests {
         Hangup,
     }
 
-    /// A raw HTTP/1.1 server on loopback; counts the connections it accepts.
+    /// A raw HTTP/1.1 server on loopback that answers every request with
+    /// `answer`; counts the connections it accepts.
     async fn server(answer: Answer) -> (Url, Arc<AtomicUsize>) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url: Url = format!("http://{}/", listener.local_addr().unwrap())
-            .parse()
-            .unwrap();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let count = Arc::clone(&accepted);
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut socket, _)) = listener.accept().await else {
-                    return;
-                };
-                count.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(async move {
-                    let mut buffer = Vec::new();
-                    loop {
-                        // One request: the head, then Content-Length bytes.
-                        let head_end = loop {
-                            if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-                                break at + 4;
-                            }
-                            let mut chunk = [0u8; 4096];
-                            match socket.read(&mut chunk).await {
-                                Ok(0) | Err(_) => return,
-                                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-                            }
-                        };
-                        let head = String::from_utf8_lossy(&buffer[..head_end]).to_lowercase();
-                        let length: usize = head
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length:"))
-                            .map_or(0, |v| v.trim().parse().unwrap());
-                        while buffer.len() < head_end + length {
-                            let mut chunk = [0u8; 4096];
-                            match socket.read(&mut chunk).await {
-                                Ok(0) | Err(_) => return,
-                                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-                            }
-                        }
-                        buffer.drain(..head_end + length);
-                        let reply: Vec<u8> = match answer {
-                            Answer::Json | Answer::JsonThenDrop => {
-                                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}".to_vec()
-                            }
-                            Answer::JsonThenClose => {
-                                b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{}"
-                                    .to_vec()
-                            }
-                            Answer::Chunked => b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1\r\n{\r\n1\r\n}\r\n0\r\n\r\n"
-                                .to_vec(),
-                            Answer::Large => {
-                                let mut r = b"HTTP/1.1 200 OK\r\ncontent-length: 2000\r\n\r\n".to_vec();
-                                r.extend_from_slice(&[b'x'; 2000]);
-                                r
-                            }
-                            Answer::Hangup => return,
-                        };
-                        if socket.write_all(&reply).await.is_err() {
-                            return;
-                        }
-                        match answer {
-                            Answer::JsonThenClose => return,
-                            Answer::JsonThenDrop => {
-                                tokio::time::sleep(Duration::from_millis(20)).await;
-                                return;
-                            }
-                            _ => {}
-                        }
-                    }
-                });
+        const JSON: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}";
+        let (reply, after) = match answer {
+            Answer::Json => (JSON.to_vec(), After::Keep),
+            Answer::JsonThenDrop => (JSON.to_vec(), After::Linger(Duration::from_millis(20))),
+            Answer::JsonThenClose => (
+                b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{}".to_vec(),
+                After::Close,
+            ),
+            Answer::Chunked => (
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1\r\n{\r\n1\r\n}\r\n0\r\n\r\n"
+                    .to_vec(),
+                After::Keep,
+            ),
+            Answer::Large => {
+                let mut r = b"HTTP/1.1 200 OK\r\ncontent-length: 2000\r\n\r\n".to_vec();
+                r.extend_from_slice(&[b'x'; 2000]);
+                (r, After::Keep)
             }
-        });
-        (url, accepted)
+            Answer::Hangup => return pieces_server(Vec::new(), After::Close).await,
+        };
+        pieces_server(vec![reply], after).await
     }
 
     fn transport(url: &Url) -> Transport {
@@ -790,6 +1081,257 @@ mod tests {
         // The default roots do not know this certificate: refused, unsent.
         let error = post(&transport(&url), 1024).await.unwrap_err();
         assert!(error.never_sent, "{error}");
+    }
+
+    /// What a test server does after an answer.
+    #[derive(Clone, Copy)]
+    enum After {
+        /// Waits for the next request.
+        Keep,
+        /// Closes the connection.
+        Close,
+        /// Closes it a moment later, without saying so.
+        Linger(Duration),
+    }
+
+    /// A raw HTTP/1.1 server on loopback that answers every request on a
+    /// connection (a POST with a 7-byte body, as [`post`] sends) with
+    /// `pieces`, each written and flushed apart (so that the client reads
+    /// the answer in as many reads), then does what `after` says; counts
+    /// the connections it accepts.
+    async fn pieces_server(pieces: Vec<Vec<u8>>, after: After) -> (Url, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url: Url = format!("http://{}/", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                socket.set_nodelay(true).unwrap();
+                let pieces = pieces.clone();
+                tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    loop {
+                        while seen
+                            .windows(4)
+                            .position(|w| w == b"\r\n\r\n")
+                            .is_none_or(|at| seen.len() < at + 4 + 7)
+                        {
+                            let mut chunk = [0u8; 4096];
+                            match socket.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => seen.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        let at = seen.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+                        seen.drain(..at + 4 + 7);
+                        for piece in &pieces {
+                            if socket.write_all(piece).await.is_err() {
+                                return;
+                            }
+                            socket.flush().await.unwrap();
+                            if pieces.len() > 1 {
+                                tokio::time::sleep(Duration::from_millis(2)).await;
+                            }
+                        }
+                        match after {
+                            After::Keep => {}
+                            After::Close => return,
+                            After::Linger(wait) => {
+                                tokio::time::sleep(wait).await;
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (url, accepted)
+    }
+
+    /// `text` split into pieces of `size` bytes.
+    fn split(text: &[u8], size: usize) -> Vec<Vec<u8>> {
+        text.chunks(size).map(<[u8]>::to_vec).collect()
+    }
+
+    #[tokio::test]
+    async fn answers_read_a_byte_at_a_time_are_whole_and_reuse_their_connection() {
+        let answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+            extension-responses: e30=\r\ncontent-length: 12\r\n\r\n{\"ok\":true}\n";
+        let (url, accepted) = pieces_server(split(answer, 1), After::Keep).await;
+        let t = transport(&url);
+        for _ in 0..2 {
+            let target = Uri::from_static("/verify");
+            let answer = t
+                .call(&target, Some(Bytes::from_static(b"{\"a\":1}")), None, 1024)
+                .await
+                .unwrap();
+            assert_eq!(answer.status, StatusCode::OK);
+            assert_eq!(answer.body, b"{\"ok\":true}\n");
+            assert_eq!(answer.extension_responses.unwrap(), "e30=");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn informational_heads_are_skipped_and_chunks_read_across_reads() {
+        let answer = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n\
+            HTTP/1.1 402 Payment Required\r\nTransfer-Encoding: gzip, chunked\r\n\r\n\
+            5;name=value\r\nhello\r\n1\r\n \r\nA\r\n0123456789\r\n0\r\nx-trailer: 1\r\n\r\n";
+        for size in [1, 7, answer.len()] {
+            let (url, accepted) = pieces_server(split(answer, size), After::Keep).await;
+            let t = transport(&url);
+            for _ in 0..2 {
+                let answer = post(&t, 1024).await.unwrap();
+                assert_eq!(answer.status, StatusCode::PAYMENT_REQUIRED);
+                assert_eq!(answer.body, b"hello 0123456789", "pieces of {size}");
+                assert!(!answer.truncated);
+            }
+            assert_eq!(accepted.load(Ordering::SeqCst), 1, "pieces of {size}");
+            // Cut at the cap: the rest is not read, the connection dropped.
+            let answer = post(&t, 7).await.unwrap();
+            assert!(answer.truncated);
+            assert_eq!(answer.body, b"hello 0");
+            assert_eq!(post(&t, 1024).await.unwrap().body, b"hello 0123456789");
+            assert_eq!(accepted.load(Ordering::SeqCst), 2, "pieces of {size}");
+        }
+    }
+
+    #[tokio::test]
+    async fn answers_that_cannot_be_framed_again_close_their_connection() {
+        // HTTP/1.0, no length: the body runs to the connection's end.
+        let (url, accepted) = pieces_server(
+            vec![b"HTTP/1.0 200 OK\r\n\r\n{\"a\"".to_vec(), b":1}".to_vec()],
+            After::Close,
+        )
+        .await;
+        let t = transport(&url);
+        for _ in 0..2 {
+            assert_eq!(post(&t, 1024).await.unwrap().body, br#"{"a":1}"#);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+
+        // Bytes after the answer that nobody asked for; a `Connection:
+        // close` among other tokens; both framings at once.
+        for answer in [
+            &b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}HTTP/1.1 200 OK\r\n"[..],
+            b"HTTP/1.1 200 OK\r\nConnection: upgrade, Close\r\ncontent-length: 2\r\n\r\n{}",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+        ] {
+            let (url, accepted) = pieces_server(vec![answer.to_vec()], After::Keep).await;
+            let t = transport(&url);
+            for _ in 0..2 {
+                assert_eq!(post(&t, 1024).await.unwrap().body, b"{}");
+            }
+            assert_eq!(
+                accepted.load(Ordering::SeqCst),
+                2,
+                "{}",
+                String::from_utf8_lossy(answer)
+            );
+        }
+
+        // No body, and the connection kept.
+        let (url, accepted) = pieces_server(
+            vec![b"HTTP/1.1 204 No Content\r\n\r\n".to_vec()],
+            After::Keep,
+        )
+        .await;
+        let t = transport(&url);
+        for _ in 0..2 {
+            let answer = post(&t, 1024).await.unwrap();
+            assert_eq!(answer.status, StatusCode::NO_CONTENT);
+            assert!(answer.body.is_empty());
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn malformed_answers_are_errors_that_may_have_been_sent() {
+        let huge_head = {
+            let mut head = b"HTTP/1.1 200 OK\r\n".to_vec();
+            while head.len() <= MAX_HEAD {
+                head.extend_from_slice(b"x-padding: 0123456789abcdef0123456789abcdef\r\n");
+            }
+            head
+        };
+        let many_fields = {
+            let mut head = b"HTTP/1.1 200 OK\r\n".to_vec();
+            for i in 0..=MAX_HEADERS {
+                head.extend_from_slice(format!("x-{i}: 1\r\n").as_bytes());
+            }
+            head.extend_from_slice(b"content-length: 0\r\n\r\n");
+            head
+        };
+        for answer in [
+            b"HTTP/1.1 200 OK\r\ncontent-length: twelve\r\n\r\n".to_vec(),
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\n{}".to_vec(),
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n".to_vec(),
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1\r\nabc\r\n0\r\n\r\n".to_vec(),
+            b"HTTP/1.1 101 Switching Protocols\r\n\r\n".to_vec(),
+            b"NOT HTTP\r\n\r\n".to_vec(),
+            // The connection ends mid-body.
+            b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n{}".to_vec(),
+            huge_head,
+            many_fields,
+        ] {
+            let (url, _) = pieces_server(vec![answer.clone()], After::Close).await;
+            let error = post(&transport(&url), 1024).await.unwrap_err();
+            assert!(
+                !error.never_sent,
+                "{}",
+                String::from_utf8_lossy(answer.get(..40).unwrap_or(&answer))
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_carries_its_target_headers_and_body_exactly() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url: Url = format!("http://{}/", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let seen = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut seen = Vec::new();
+            while !seen.ends_with(b"{\"a\":1}") {
+                let mut chunk = [0u8; 4096];
+                let n = socket.read(&mut chunk).await.unwrap();
+                assert!(n > 0);
+                seen.extend_from_slice(&chunk[..n]);
+            }
+            socket
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                .await
+                .unwrap();
+            seen
+        });
+        let t = transport(&url);
+        let target = Uri::from_static("/x402/settle?tenant=a");
+        let mut extra = HeaderMap::new();
+        extra.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer t"));
+        let answer = t
+            .call(
+                &target,
+                Some(Bytes::from_static(b"{\"a\":1}")),
+                Some(extra),
+                1024,
+            )
+            .await
+            .unwrap();
+        assert_eq!(answer.status, StatusCode::OK);
+        let port = url.port().unwrap();
+        assert_eq!(
+            String::from_utf8(seen.await.unwrap()).unwrap(),
+            format!(
+                "POST /x402/settle?tenant=a HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n\
+                 user-agent: x402-core-test\r\naccept: application/json\r\n\
+                 content-type: application/json\r\ncontent-length: 7\r\n\
+                 authorization: Bearer t\r\n\r\n{{\"a\":1}}"
+            )
+        );
     }
 
     #[test]
