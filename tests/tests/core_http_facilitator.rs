@@ -1,5 +1,5 @@
-//! `HttpFacilitator` against a real HTTP stand-in server (axum), and
-//! `FacilitatorRouter` with in-process facilitators.
+//! `HttpFacilitator` against a real HTTP stand-in server (axum) and Node's
+//! HTTP server, and `FacilitatorRouter` with in-process facilitators.
 //!
 //! Moved from x402-core's tests (they serve axum apps).
 
@@ -1122,4 +1122,54 @@ async fn router_over_http_facilitators() {
         evm_server.seen()[0].body["paymentRequirements"]["network"],
         json!("base-sepolia")
     );
+}
+
+// ---------------------------------------------------------------------------
+// Interop: Node's own HTTP server.
+
+/// `HttpFacilitator` against Node's HTTP server (`tests/js/http-facilitator.mjs`):
+/// its keep-alive headers, a Content-Length answer to `/verify` and a
+/// chunked one, written in pieces, to `/settle`. Every call is answered
+/// whole, on the one connection the client keeps.
+#[tokio::test]
+async fn a_node_http_server_is_read_whole_on_one_kept_connection() {
+    use tokio::io::AsyncBufReadExt as _;
+
+    let mut child = x402_tests::require::node_async("http-facilitator.mjs")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("node starts");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let base = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(base) = line.strip_prefix("listening on ") {
+                return base.to_owned();
+            }
+        }
+        panic!("node ended before it listened");
+    })
+    .await
+    .expect("node listens within 30 s");
+
+    let facilitator = HttpFacilitator::new(&base).unwrap();
+    let req = v2_request();
+    for _ in 0..3 {
+        let verdict = facilitator.verify(&req).await.unwrap();
+        assert_eq!(verdict, VerifyResponse::valid("0xbuyer"));
+        let receipt = facilitator.settle(&req).await.unwrap();
+        assert!(receipt.success);
+        assert_eq!(receipt.transaction, format!("0x{}", "ab".repeat(32)));
+        assert_eq!(receipt.network, "eip155:84532");
+        assert_eq!(receipt.payer.as_deref(), Some("0xbuyer"));
+    }
+    let connections: Value = reqwest::get(format!("{base}/connections"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    // The client's one connection, and this request's own.
+    assert_eq!(connections["connections"], json!(2), "{connections}");
+    child.kill().await.unwrap();
 }
