@@ -12,15 +12,15 @@
 //! opens one), writes its request head and body in one vectored write, and
 //! reads the answer in the caller's task with `httparse` into the
 //! connection's own buffer, which the next call reuses; then the connection
-//! goes back to the pool. The only allocation of an ordinary call is the
-//! answer's body.
+//! goes back to the pool. Of the transport's own, an ordinary call
+//! allocates the answer's body alone (its caller boxes the call's future).
 //!
 //! What it reads is what a facilitator can answer: a status line and
 //! headers (at most [`MAX_HEAD`] bytes and [`MAX_HEADERS`] fields, `1xx`
 //! heads skipped), then a body framed by `Transfer-Encoding: chunked`,
 //! `Content-Length`, or the end of the connection. A connection is reused
 //! only when its answer was read to its exact end, with nothing after it,
-//! and neither side asked to close.
+//! in HTTP/1.1 without `Connection: close`, and framed one way only.
 //!
 //! Used by [`HttpFacilitator`](super::HttpFacilitator) unless a
 //! `reqwest::Client` is supplied or a proxy is configured in the
