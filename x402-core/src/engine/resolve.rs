@@ -133,10 +133,12 @@ impl OfferNames {
     }
 }
 
-/// Turns an offer into the v2 requirement the challenge advertises.
+/// Turns an offer into the v2 requirement the challenge advertises;
+/// `lasting` as [`ResolvedOffer::lasting`].
 pub(crate) fn resolve_offer(
     offer: &Offer,
     supported: Option<&SupportedResponse>,
+    lasting: bool,
 ) -> Result<ResolvedOffer, OfferError> {
     if !offer.network.contains(':') {
         return Err(OfferError::NetworkNotCaip2(offer.network.clone()));
@@ -225,7 +227,7 @@ pub(crate) fn resolve_offer(
             other: JsonObject::new(),
         }),
         decimals,
-        lasting: false,
+        lasting,
         names: OnceLock::new(),
         wire: OnceLock::new(),
     })

@@ -190,10 +190,8 @@ pub(super) fn resolve_all(
     offers
         .iter()
         .map(|o| {
-            resolve::resolve_offer(o, supported).map(|mut r| {
-                r.lasting = lasting;
-                resolve::announce_flow(r, route.timing)
-            })
+            resolve::resolve_offer(o, supported, lasting)
+                .map(|r| resolve::announce_flow(r, route.timing))
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(|source| ConfigError::Offer {

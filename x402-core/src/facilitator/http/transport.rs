@@ -649,14 +649,19 @@ impl Reader<'_> {
         self.buffer.get(self.at..).unwrap_or_default()
     }
 
-    /// More bytes; an error at the stream's end.
-    async fn more(&mut self) -> Result<(), Failure> {
-        // Everything before `at` is read: make room by dropping it.
+    /// Reads more into the buffer, first dropping what is read if all of it
+    /// is; how many bytes, `0` at the stream's end.
+    async fn read_more(&mut self) -> Result<usize, Failure> {
         if self.at > 0 && self.at == self.buffer.len() {
             self.buffer.clear();
             self.at = 0;
         }
-        if fill(self.stream, self.buffer).await? == 0 {
+        fill(self.stream, self.buffer).await
+    }
+
+    /// More bytes; an error at the stream's end.
+    async fn more(&mut self) -> Result<(), Failure> {
+        if self.read_more().await? == 0 {
             return Err(malformed(
                 "the facilitator closed the connection mid-answer",
             ));
@@ -676,26 +681,33 @@ impl Reader<'_> {
         kept < n
     }
 
-    /// A `Content-Length` body.
+    /// `n` body bytes into `out`, read as they come, kept up to `max` bytes
+    /// of `out` in all; whether it stopped at `max`.
+    async fn copy(&mut self, mut n: u64, max: usize, out: &mut Vec<u8>) -> Result<bool, Failure> {
+        while n > 0 {
+            if self.unread().is_empty() {
+                self.more().await?;
+            }
+            let step = n.min(self.unread().len() as u64) as usize;
+            if self.take(step, max, out) {
+                return Ok(true);
+            }
+            n -= step as u64;
+        }
+        Ok(false)
+    }
+
+    /// A `Content-Length` body, up to `max` bytes; whether it was longer.
     async fn length(
         &mut self,
         length: u64,
         max: usize,
         out: &mut Vec<u8>,
     ) -> Result<bool, Failure> {
-        let over = length > max as u64;
-        let wanted = if over { max } else { length as usize };
-        out.reserve_exact(wanted);
-        let mut left = wanted;
-        loop {
-            let before = out.len();
-            self.take(left, usize::MAX, out);
-            left -= out.len() - before;
-            if left == 0 {
-                return Ok(over);
-            }
-            self.more().await?;
-        }
+        let wanted = length.min(max as u64);
+        out.reserve_exact(wanted as usize);
+        self.copy(wanted, usize::MAX, out).await?;
+        Ok(length > wanted)
     }
 
     /// A chunked body: each chunk's size line, its data and its line end,
@@ -715,16 +727,8 @@ impl Reader<'_> {
                 while !self.line(&mut lines).await?.is_empty() {}
                 return Ok(false);
             }
-            let mut left = size;
-            while left > 0 {
-                if self.unread().is_empty() {
-                    self.more().await?;
-                }
-                let step = left.min(self.unread().len() as u64) as usize;
-                if self.take(step, max, out) {
-                    return Ok(true);
-                }
-                left -= step as u64;
+            if self.copy(size, max, out).await? {
+                return Ok(true);
             }
             if !self.line(&mut lines).await?.is_empty() {
                 return Err(malformed("the facilitator's chunk is longer than it said"));
@@ -756,11 +760,7 @@ impl Reader<'_> {
             if self.take(left, max, out) {
                 return Ok(true);
             }
-            if self.at > 0 {
-                self.buffer.clear();
-                self.at = 0;
-            }
-            if fill(self.stream, self.buffer).await? == 0 {
+            if self.read_more().await? == 0 {
                 return Ok(false);
             }
         }
@@ -949,10 +949,7 @@ mod tests {
     #[tokio::test]
     async fn errors_say_whether_the_request_can_have_left() {
         // Nothing listens: never sent.
-        let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url: Url = format!("http://{}/", closed.local_addr().unwrap())
-            .parse()
-            .unwrap();
+        let (closed, url) = listener("http").await;
         drop(closed);
         let error = post(&transport(&url), 1024).await.unwrap_err();
         assert!(error.never_sent, "{error}");
@@ -964,10 +961,7 @@ mod tests {
 
         // `https` to a server that answers plain text: the TLS handshake
         // fails, nothing sent.
-        let plain = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let https: Url = format!("https://{}/", plain.local_addr().unwrap())
-            .parse()
-            .unwrap();
+        let (plain, https) = listener("https").await;
         tokio::spawn(async move {
             if let Ok((mut socket, _)) = plain.accept().await {
                 let _ = socket.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
@@ -1025,10 +1019,7 @@ mod tests {
             .with_single_cert(vec![cert.clone()], key)
             .unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url: Url = format!("https://{}/", listener.local_addr().unwrap())
-            .parse()
-            .unwrap();
+        let (listener, url) = listener("https").await;
         let accepted = Arc::new(AtomicUsize::new(0));
         let count = Arc::clone(&accepted);
         tokio::spawn(async move {
@@ -1083,6 +1074,15 @@ mod tests {
         assert!(error.never_sent, "{error}");
     }
 
+    /// A listener on a free loopback port, and its URL with `scheme`.
+    async fn listener(scheme: &str) -> (TcpListener, Url) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("{scheme}://{}/", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        (listener, url)
+    }
+
     /// What a test server does after an answer.
     #[derive(Clone, Copy)]
     enum After {
@@ -1100,10 +1100,7 @@ mod tests {
     /// the answer in as many reads), then does what `after` says; counts
     /// the connections it accepts.
     async fn pieces_server(pieces: Vec<Vec<u8>>, after: After) -> (Url, Arc<AtomicUsize>) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url: Url = format!("http://{}/", listener.local_addr().unwrap())
-            .parse()
-            .unwrap();
+        let (listener, url) = listener("http").await;
         let accepted = Arc::new(AtomicUsize::new(0));
         let count = Arc::clone(&accepted);
         tokio::spawn(async move {
@@ -1289,10 +1286,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_carries_its_target_headers_and_body_exactly() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url: Url = format!("http://{}/", listener.local_addr().unwrap())
-            .parse()
-            .unwrap();
+        let (listener, url) = listener("http").await;
         let seen = tokio::spawn(async move {
             let (mut socket, _) = listener.accept().await.unwrap();
             let mut seen = Vec::new();
