@@ -23,7 +23,10 @@
 #   LOAD=paid        loadgen mode: paid (GET /exact/evm/eip3009), batch
 #                    (GET /batch/evm) or session (GET /session/demo on
 #                    Redis at REDIS_URL, the in-process facilitator selling
-#                    the sessions)
+#                    SESSIONS_PER sessions of 99 calls before each slice; a
+#                    session-floor server opens as many a turn at start and
+#                    each slice redeems its own share)
+#   SESSIONS_PER=1000
 #   SLICES=10        turns
 #   SECONDS_PER=3    length of a slice, at most
 #   MAX=45000        requests per slice, at most
@@ -42,15 +45,16 @@ SLICES="${SLICES:-10}"
 SECONDS_PER="${SECONDS_PER:-3}"
 MAX="${MAX:-45000}"
 CONNECTIONS="${CONNECTIONS:-32}"
+SESSIONS_PER="${SESSIONS_PER:-1000}"
 REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
 PEER="${PEER:-$ROOT/target/peer/release/x402rs-peer}"
 case "$LOAD" in
     paid) LOAD_ARGS=(--mode paid --path /exact/evm/eip3009 --max-requests "$MAX") ;;
     batch) LOAD_ARGS=(--mode batch --path /batch/evm --max-requests "$MAX") ;;
-    session) LOAD_ARGS=(--mode session --path /session/demo --sessions 400) ;;
+    session) LOAD_ARGS=(--mode session --path /session/demo --sessions "$SESSIONS_PER") ;;
     *) echo "LOAD is paid, batch or session (got $LOAD)" >&2; exit 2 ;;
 esac
-[ "$#" -ge 1 ] || { sed -n '2,31p' "$0" >&2; exit 2; }
+[ "$#" -ge 1 ] || { sed -n '2,34p' "$0" >&2; exit 2; }
 [ -x "$BIN/loadgen" ] && [ -x "$BIN/fake-facilitator" ] || {
     echo "build first: cargo build --release -p x402-loadgen --bins" >&2; exit 1; }
 
@@ -70,7 +74,7 @@ else
 fi
 
 NAMES=()
-declare -A ADDR PID LOADGEN
+declare -A ADDR PID LOADGEN MODE
 for spec in "$@"; do
     name="${spec%%=*}" rest="${spec#*=}" bin="$BIN"
     if [[ "$rest" == *@* ]]; then bin="${rest#*@}"; rest="${rest%%@*}"; fi
@@ -81,10 +85,11 @@ for spec in "$@"; do
         env PORT=0 "${FAC_ENV[@]}" "${extra[@]}" "$PEER" > "$OUT/$name.log" 2>&1 &
     else
         env -u REDIS_URL -u FACILITATOR_URL -u EVM_RPC_URL -u WEBHOOK_URL -u DEV_FUND \
-            HOST=127.0.0.1 PORT=0 BENCH_PAYERS=64 BENCH_SEED=1 "${FAC_ENV[@]}" "${extra[@]}" \
+            HOST=127.0.0.1 PORT=0 BENCH_PAYERS=64 BENCH_SEED=1 BENCH_SESSIONS=$((SLICES * SESSIONS_PER)) \
+            "${FAC_ENV[@]}" "${extra[@]}" \
             "$bin/bench-server" "$mode" > "$OUT/$name.log" 2>&1 &
     fi
-    PID[$name]="$!"
+    PID[$name]="$!" MODE[$name]="$mode"
     PIDS+=("$!")
     ADDR[$name]="$(started "$OUT/$name.log" "$!")"
     LOADGEN[$name]="$bin/loadgen"
@@ -99,10 +104,15 @@ for turn in $(seq 1 "$SLICES"); do
         for ((i = ${#NAMES[@]} - 1; i >= 0; i--)); do order+=("${NAMES[$i]}"); done
     fi
     for name in "${order[@]}"; do
+        args=("${LOAD_ARGS[@]}")
+        if [ "${MODE[$name]}" = session-floor ]; then
+            args=(--mode session --path /session/demo --tokens-from /__bench/sessions
+                --tokens-skip $(( (turn - 1) * SESSIONS_PER )) --tokens-take "$SESSIONS_PER")
+        fi
         # Seed 1 funds the payers on every dev ledger; nonces are random.
         "${LOADGEN[$name]}" --addr "${ADDR[$name]}" --label "$name" \
             --connections "$CONNECTIONS" --payers 64 --seed 1 --server-pid "${PID[$name]}" \
-            "${LOAD_ARGS[@]}" --duration "$SECONDS_PER" --expect 200 \
+            "${args[@]}" --duration "$SECONDS_PER" --expect 200 \
             > "$OUT/$name-$turn.json" 2> "$OUT/$name-$turn.err" \
             || { echo "loadgen against $name failed:" >&2; tail -n 3 "$OUT/$name-$turn.err" >&2; exit 1; }
     done

@@ -15,38 +15,62 @@ use std::{future::Future, pin::Pin, time::Duration};
 pub(crate) const LATE_ANSWER_WAIT: Duration = Duration::from_secs(60);
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
-type OnLate<T> = Box<dyn FnOnce(T) -> BoxFuture<()> + Send + 'static>;
+
+/// What is done with an answer nobody took: any `FnOnce(T) -> impl Future`.
+/// Kept as the closure it is (not boxed) until it is needed, which on the
+/// usual path, where the answer is taken, it never is.
+pub(crate) trait OnLate<T>: Send + 'static {
+    /// The work to do with `answer`.
+    fn run(self, answer: T) -> impl Future<Output = ()> + Send + 'static;
+}
+
+impl<T, H, HF> OnLate<T> for H
+where
+    H: FnOnce(T) -> HF + Send + 'static,
+    HF: Future<Output = ()> + Send + 'static,
+{
+    fn run(self, answer: T) -> impl Future<Output = ()> + Send + 'static {
+        self(answer)
+    }
+}
+
+/// A handler whose kind is decided later ([`Late::on_late`] replaces it).
+pub(crate) type Boxed<T> = Box<dyn FnOnce(T) -> BoxFuture<()> + Send + 'static>;
+
+/// `on_late` as a [`Boxed`] handler.
+pub(crate) fn boxed<T, H, HF>(on_late: H) -> Boxed<T>
+where
+    H: FnOnce(T) -> HF + Send + 'static,
+    HF: Future<Output = ()> + Send + 'static,
+{
+    Box::new(move |answer| Box::pin(on_late(answer)))
+}
 
 /// A store call whose answer, if nobody takes it, goes to a handler.
-pub(crate) struct Late<T: Send + 'static> {
+pub(crate) struct Late<T: Send + 'static, H: OnLate<T>> {
+    /// Boxed, so that a call abandoned mid-await can move to a task.
     call: Option<BoxFuture<T>>,
-    on_late: Option<OnLate<T>>,
+    on_late: Option<H>,
     what: &'static str,
 }
 
-impl<T: Send + 'static> Late<T> {
+impl<T: Send + 'static, H: OnLate<T>> Late<T, H> {
     /// `call`, whose answer goes to `on_late` unless [`answer`](Self::answer)
     /// returns it. `what` names the call in logs.
-    pub(crate) fn new<F, H, HF>(what: &'static str, call: F, on_late: H) -> Self
+    pub(crate) fn new<F>(what: &'static str, call: F, on_late: H) -> Self
     where
         F: Future<Output = T> + Send + 'static,
-        H: FnOnce(T) -> HF + Send + 'static,
-        HF: Future<Output = ()> + Send + 'static,
     {
         Self {
             call: Some(Box::pin(call)),
-            on_late: Some(Box::new(move |answer| Box::pin(on_late(answer)))),
+            on_late: Some(on_late),
             what,
         }
     }
 
     /// Replaces what is done with an answer nobody takes.
-    pub(crate) fn on_late<H, HF>(&mut self, on_late: H)
-    where
-        H: FnOnce(T) -> HF + Send + 'static,
-        HF: Future<Output = ()> + Send + 'static,
-    {
-        self.on_late = Some(Box::new(move |answer| Box::pin(on_late(answer))));
+    pub(crate) fn on_late(&mut self, on_late: H) {
+        self.on_late = Some(on_late);
     }
 
     /// The call's answer, if it comes within `deadline`. A call that answers
@@ -64,7 +88,7 @@ impl<T: Send + 'static> Late<T> {
     }
 }
 
-impl<T: Send + 'static> Drop for Late<T> {
+impl<T: Send + 'static, H: OnLate<T>> Drop for Late<T, H> {
     fn drop(&mut self) {
         let (Some(call), Some(on_late)) = (self.call.take(), self.on_late.take()) else {
             return;
@@ -79,7 +103,7 @@ impl<T: Send + 'static> Drop for Late<T> {
         };
         runtime.spawn(async move {
             match tokio::time::timeout(LATE_ANSWER_WAIT, call).await {
-                Ok(answer) => on_late(answer).await,
+                Ok(answer) => on_late.run(answer).await,
                 Err(_elapsed) => tracing::warn!(
                     what,
                     "x402: a store call nobody waits for gave no answer within 60 s; if it lands later it is not undone"
@@ -89,7 +113,7 @@ impl<T: Send + 'static> Drop for Late<T> {
     }
 }
 
-impl<T: Send + 'static> std::fmt::Debug for Late<T> {
+impl<T: Send + 'static, H: OnLate<T>> std::fmt::Debug for Late<T, H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Late")
             .field("what", &self.what)

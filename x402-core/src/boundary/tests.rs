@@ -353,3 +353,77 @@ proptest! {
         }
     }
 }
+
+/// What `decoded_eq` must answer: the raw segment decoded, then compared
+/// ignoring ASCII case, with no shortcut.
+fn decoded_eq_plainly(raw: &str, literal: &str) -> bool {
+    percent_decode(raw).eq_ignore_ascii_case(literal)
+}
+
+#[test]
+fn a_segment_compares_as_decoded_whatever_its_first_byte_and_length() {
+    let raws = [
+        "",
+        "a",
+        "A",
+        "%61",
+        "%41bc",
+        "abc",
+        "ABC",
+        "%",
+        "%6",
+        "%zz",
+        "%ff",
+        "%FF%FE",
+        "%e2%82%ac",
+        "€",
+        "é",
+        "%C3%A9",
+        "x%2Fy",
+        "%2f",
+        "session",
+        "SESSION",
+        "%73ession",
+        "demo",
+        "dem%6F",
+    ];
+    let literals = [
+        "",
+        "a",
+        "abc",
+        "%",
+        "%6",
+        "%zz",
+        "\u{fffd}",
+        "\u{fffd}\u{fffd}",
+        "€",
+        "é",
+        "x/y",
+        "/",
+        "session",
+        "demo",
+        "%61",
+    ];
+    for raw in raws {
+        for literal in literals {
+            assert_eq!(
+                decoded_eq(raw, literal),
+                decoded_eq_plainly(raw, literal),
+                "{raw:?} against {literal:?}"
+            );
+        }
+    }
+}
+
+proptest! {
+    #[test]
+    fn decoded_eq_is_decoding_then_comparing(
+        raw in "(%[0-9a-fA-F]{2}|%[g-z]?|[a-zA-Z/é€]){0,6}",
+        literal in "([a-zA-Z/é€%\u{fffd}]){0,4}",
+    ) {
+        prop_assert_eq!(decoded_eq(&raw, &literal), decoded_eq_plainly(&raw, &literal));
+        // A literal as a route stores it: decoded and lowercased.
+        let stored = percent_decode(&raw).to_ascii_lowercase();
+        prop_assert!(decoded_eq(&raw, &stored));
+    }
+}

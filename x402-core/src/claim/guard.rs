@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use super::{key, ClaimKey, ClaimKeyError, ClaimStore, ClaimStoreError, Claimed, MemoryClaimStore};
 use crate::{
     hooks::{AfterVerify, CancelReason, HookError, HookSteps, PaymentContext, PaymentHooks},
-    late::{Late, LATE_ANSWER_WAIT},
+    late::{self, Late, LATE_ANSWER_WAIT},
     proto::VerifyResponse,
 };
 
@@ -259,7 +259,7 @@ impl ReplayGuard {
             Late::new(
                 "replay claim",
                 async move { store.claim(&key, expires_at).await },
-                move |answer| release_late_claim(release_store, release_key, answer),
+                late::boxed(move |answer| release_late_claim(release_store, release_key, answer)),
             )
         };
         let answer = match call.answer(self.deadline).await {
@@ -268,7 +268,7 @@ impl ReplayGuard {
                 if self.fail_open {
                     // The payment goes ahead unclaimed: a claim that lands
                     // late is kept, and a replay it detects is logged.
-                    call.on_late(keep_late_claim(key.to_owned()));
+                    call.on_late(late::boxed(keep_late_claim(key.to_owned())));
                 }
                 Err(ClaimStoreError::TimedOut(self.deadline))
             }

@@ -427,23 +427,24 @@ impl Engine {
         let (scope_owned, now) = (scope.clone(), unix_now());
         // A redemption is a write: if this request stops waiting for it (the
         // deadline passed, or the client hung up), one that lands late is
-        // given back, since its request was refused.
-        let give_back = {
-            let store = self.inner.sessions.clone();
-            move |answer| async move {
-                if let Ok(Redemption::Redeemed { .. }) = answer {
-                    if let Err(e) = store.give_back(&hash).await {
-                        tracing::error!(error = %e, "x402: could not give back a late session redemption");
-                    }
+        // given back, since its request was refused. The call hands its
+        // store on to that, rather than the request cloning it twice.
+        let give_back = move |(answer, store): (Result<Redemption, _>, Arc<dyn SessionStore>)| async move {
+            if let Ok(Redemption::Redeemed { .. }) = answer {
+                if let Err(e) = store.give_back(&hash).await {
+                    tracing::error!(error = %e, "x402: could not give back a late session redemption");
                 }
             }
         };
         let mut call = Late::new(
             "session redemption",
-            async move { store.redeem(&hash, &scope_owned, now).await },
+            async move { (store.redeem(&hash, &scope_owned, now).await, store) },
             give_back,
         );
-        let answer = call.answer(self.inner.session_deadline).await;
+        let answer = call
+            .answer(self.inner.session_deadline)
+            .await
+            .map(|(answer, _)| answer);
         drop(call);
         let remaining = match answer {
             Some(Ok(Redemption::Redeemed { remaining })) => {

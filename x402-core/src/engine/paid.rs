@@ -9,7 +9,6 @@ use std::{
 
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use http_body::Body;
-use http_body_util::BodyExt;
 use tracing::Instrument;
 
 use super::{
@@ -229,8 +228,8 @@ impl PaidRequest {
                 },
             );
         }
-        let data = match body.collect().await {
-            Ok(collected) => collected.to_bytes(),
+        let data = match super::body::read_whole(body).await {
+            Ok(data) => data,
             Err(e) => {
                 tracing::error!(error = %e, route = %self.payment.route, "x402: paid handler's body failed; not settling");
                 self.cancel(CancelReason::HandlerAborted).await;
