@@ -11,9 +11,20 @@
 #
 #   bash bench/callgrind-servers.sh
 #
+# The session paths too, when named (they need Redis at REDIS_URL):
+# session-floor (one Redis redemption from a bare handler) and
+# session-redis (the example redeeming from Redis). Both runs of a server
+# open or buy the same sessions (30, and 3 to warm up), so what differs
+# between them is redemptions alone. The example's count varies by a few
+# thousand instructions from run to run (its periodic tasks run as long as
+# the run takes, and Redis batches redemptions as they happen to meet):
+# compare several runs.
+#
 # Knobs: SERVERS="http-floor paid-http-engine paid-http-noprecheck paid-http
-# paid-http-newpayers http-peer" (any of them; paid-http-newpayers recovers
-# every payment's signer, BENCH_KNOWN_PAYERS=0), SMALL=300, LARGE=1500, CONNECTIONS=8,
+# paid-http-newpayers http-peer" (any of them, and session-floor
+# session-redis; paid-http-newpayers recovers
+# every payment's signer, BENCH_KNOWN_PAYERS=0), SMALL=300, LARGE=1500 (at
+# most 2 970 for the session paths), CONNECTIONS=8, REDIS_URL,
 # SKIP_PEER=1; BIN=DIR and PEER=FILE use binaries built already instead of
 # building them. Needs valgrind. About 10 minutes plus the release builds.
 set -euo pipefail
@@ -59,7 +70,25 @@ FACILITATOR="$(listening "$OUT/ff.out")" || { log "the fake facilitator did not 
 
 # count SERVER N: total instructions of SERVER serving WARMUP + N requests
 count() {
-    local name="$1" n="$2" cmd=() precheck=1 known=1
+    local name="$1" n="$2" cmd=() precheck=1 known=1 redis=()
+    # The load: warm-up, then the counted run.
+    local warm=(--mode paid --path /exact/evm/eip3009 --seed $((SEED + 100)))
+    local load=(--mode paid --path /exact/evm/eip3009 --seed $((SEED + 200)))
+    case "$name" in
+        session-floor|session-redis)
+            redis=(REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}" BENCH_SESSIONS=33)
+            warm=(--mode session --path /session/demo --seed "$SEED")
+            load=("${warm[@]}")
+            if [ "$name" = session-floor ]; then
+                cmd=("$BIN/bench-server" session-floor)
+                warm+=(--tokens-from /__bench/sessions --tokens-take 3)
+                load+=(--tokens-from /__bench/sessions --tokens-skip 3 --tokens-take 30)
+            else
+                cmd=("$BIN/bench-server" paid-api)
+                warm+=(--sessions 3)
+                load+=(--sessions 30)
+            fi ;;
+    esac
     case "$name" in
         http-floor) cmd=("$BIN/bench-server" paid-http-floor) ;;
         paid-http-engine) cmd=("$BIN/bench-server" paid-http-engine); precheck=0 ;;
@@ -71,7 +100,7 @@ count() {
     local cg="$OUT/$name-$n.cg"
     # The environment is set before valgrind: it follows no exec.
     env -u REDIS_URL -u EVM_RPC_URL -u WEBHOOK_URL HOST=127.0.0.1 PORT=0 \
-        BENCH_PAYERS="$PAYERS" BENCH_SEED="$SEED" FACILITATOR_URL="http://$FACILITATOR" \
+        BENCH_PAYERS="$PAYERS" BENCH_SEED="$SEED" FACILITATOR_URL="http://$FACILITATOR" "${redis[@]}" \
         BENCH_LOCAL_PRECHECK="$precheck" BENCH_KNOWN_PAYERS="$known" valgrind --tool=callgrind --callgrind-out-file="$cg" "${cmd[@]}" \
         > "$OUT/$name.log" 2>&1 &
     local pid="$!"
@@ -85,12 +114,14 @@ count() {
     }
     local addr
     addr="$(listening "$OUT/$name.log")" || fail "$name did not start" "$OUT/$name.log"
-    for run in "$WARMUP:$((SEED + 100))" "$n:$((SEED + 200))"; do
+    for run in warm load; do
+        local requests="$n" args=("${load[@]}")
+        [ "$run" = warm ] && requests="$WARMUP" args=("${warm[@]}")
         "$BIN/loadgen" --addr "$addr" --connections "$CONNECTIONS" --payers "$PAYERS" \
-            --seed "${run#*:}" --mode paid --path /exact/evm/eip3009 --duration 600 \
-            --max-requests "${run%%:*}" --expect 200 > "$OUT/lg.json" 2> "$OUT/lg.err" \
+            "${args[@]}" --duration 600 \
+            --max-requests "$requests" --expect 200 > "$OUT/lg.json" 2> "$OUT/lg.err" \
             || fail "loadgen against $name failed" "$OUT/lg.err"
-        grep -q "\"ok\":${run%%:*}," "$OUT/lg.json" \
+        grep -q "\"ok\":$requests," "$OUT/lg.json" \
             || fail "$name did not answer every request with 200" "$OUT/lg.json"
     done
     kill -TERM "$pid"
@@ -98,9 +129,10 @@ count() {
     sed -n 's/^summary: //p' "$cg" | head -n 1
 }
 
-echo "== instructions per paid request (callgrind, server process, $SMALL and $LARGE requests)"
+echo "== instructions per paid request or session call (callgrind, server process, $SMALL and $LARGE requests)"
 printf '%-22s %14s\n' server "Ir/request"
-for name in http-floor paid-http-engine paid-http-noprecheck paid-http paid-http-newpayers http-peer; do
+for name in http-floor paid-http-engine paid-http-noprecheck paid-http paid-http-newpayers http-peer \
+    session-floor session-redis; do
     [[ "$SERVERS" == *" $name "* ]] || continue
     [ "$name" = http-peer ] && [ -z "$PEER" ] && continue
     small="$(count "$name" "$SMALL")"
