@@ -233,10 +233,13 @@ impl<'a> TemplatePart<'a> {
 fn decoded_eq(raw: &str, literal: &str) -> bool {
     // Decoding never lengthens a segment, and leaves a first byte other
     // than `%` as it is: most literals of other routes differ there.
-    match (raw.as_bytes().first(), literal.as_bytes().first()) {
-        _ if raw.len() < literal.len() => return false,
-        (Some(&r), Some(&l)) if r != b'%' && !r.eq_ignore_ascii_case(&l) => return false,
-        _ => {}
+    if raw.len() < literal.len() {
+        return false;
+    }
+    if let (Some(&r), Some(&l)) = (raw.as_bytes().first(), literal.as_bytes().first()) {
+        if r != b'%' && !r.eq_ignore_ascii_case(&l) {
+            return false;
+        }
     }
     // A byte scan: segments are short, and `contains('%')` sets up a
     // searcher for each.

@@ -32,6 +32,7 @@ use std::{
     fmt,
     future::Future,
     io::{self, IoSlice, Write as _},
+    ops::Range,
     pin::Pin,
     sync::{Arc, Mutex, PoisonError},
     task::{Context, Poll},
@@ -610,7 +611,8 @@ fn read_head(buffer: &[u8]) -> Result<Option<Head>, Failure> {
             extension_responses = HeaderValue::from_bytes(field.value).ok();
         }
     }
-    let framing = if (100..200).contains(&code) || code == 204 || code == 304 {
+    let informational = (100..200).contains(&code);
+    let framing = if informational || code == 204 || code == 304 {
         Framing::Empty
     } else {
         match (chunked, length_field) {
@@ -629,7 +631,7 @@ fn read_head(buffer: &[u8]) -> Result<Option<Head>, Failure> {
     Ok(Some(Head {
         length,
         status,
-        informational: (100..200).contains(&code),
+        informational,
         framing,
         keep_alive,
         extension_responses,
@@ -716,6 +718,7 @@ impl Reader<'_> {
         let mut lines = 0usize;
         loop {
             let line = self.line(&mut lines).await?;
+            let line = self.buffer.get(line).unwrap_or_default();
             let digits = line.split(|b| *b == b';').next().unwrap_or_default();
             let size = std::str::from_utf8(digits.trim_ascii())
                 .ok()
@@ -736,12 +739,12 @@ impl Reader<'_> {
         }
     }
 
-    /// The next line (without its `\r\n`), counted in `lines`' bytes
-    /// against [`MAX_HEAD`].
-    async fn line(&mut self, read: &mut usize) -> Result<Vec<u8>, Failure> {
+    /// Where in the buffer the next line is (without its `\r\n`), until the
+    /// next read; counted in `lines`' bytes against [`MAX_HEAD`].
+    async fn line(&mut self, read: &mut usize) -> Result<Range<usize>, Failure> {
         loop {
             if let Some(end) = self.unread().windows(2).position(|w| w == b"\r\n") {
-                let line = self.unread().get(..end).unwrap_or_default().to_vec();
+                let line = self.at..self.at + end;
                 self.at += end + 2;
                 *read += end + 2;
                 return Ok(line);
