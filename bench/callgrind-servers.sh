@@ -3,11 +3,13 @@
 # facilitator path, counted by callgrind: the load harness's paid paths
 # (bench/run.sh) without the machine's noise. Each server runs under
 # `valgrind --tool=callgrind` twice, serving SMALL and then LARGE paid
-# requests (after the same warm-up); the difference of the two totals over
-# LARGE - SMALL requests is what one request costs, start-up excluded. It
-# counts the server process's user-space instructions only (not the kernel,
-# the load generator or the facilitator), one request at a time in effect
-# (callgrind serialises threads). Usage, from anywhere:
+# requests (after the same warm-up). Only the counted run is counted
+# (collection is switched on and off around it with callgrind_control), and
+# the difference of the two totals over LARGE - SMALL requests is what one
+# request costs, the run's own set-up excluded. It counts the server
+# process's user-space instructions only (not the kernel, the load
+# generator or the facilitator), one request at a time in effect (callgrind
+# serialises threads). Usage, from anywhere:
 #
 #   bash bench/callgrind-servers.sh
 #
@@ -15,18 +17,20 @@
 # session-floor (one Redis redemption from a bare handler) and
 # session-redis (the example redeeming from Redis). Both runs of a server
 # open or buy the same sessions (30, and 3 to warm up), so what differs
-# between them is redemptions alone. The example's count varies by a few
-# thousand instructions from run to run (its periodic tasks run as long as
-# the run takes, and Redis batches redemptions as they happen to meet):
-# compare several runs.
+# between them is redemptions alone. Counted over the whole
+# process, as before, the example's count varied by several thousand
+# instructions from run to run (the metrics clock calibrates itself for as
+# long as it happens to take); over the counted run alone, repeated runs
+# agree within a few hundred.
 #
 # Knobs: SERVERS="http-floor paid-http-engine paid-http-noprecheck paid-http
 # paid-http-newpayers http-peer" (any of them, and session-floor
 # session-redis; paid-http-newpayers recovers
 # every payment's signer, BENCH_KNOWN_PAYERS=0), SMALL=300, LARGE=1500 (at
 # most 2 970 for the session paths), CONNECTIONS=8, REDIS_URL,
-# SKIP_PEER=1; BIN=DIR and PEER=FILE use binaries built already instead of
-# building them. Needs valgrind. About 10 minutes plus the release builds.
+# SKIP_PEER=1, KEEP=DIR (keeps each run's callgrind output there, as
+# NAME-REQUESTS.cg, for callgrind_annotate); BIN=DIR and PEER=FILE use
+# binaries built already instead of building them. Needs valgrind. About 10 minutes plus the release builds.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,6 +45,9 @@ PAYERS=64
 log() { echo "[callgrind-servers] $*" >&2; }
 
 command -v valgrind >/dev/null || { log "valgrind is not installed (apt-get install valgrind)"; exit 1; }
+# callgrind_control reaches the server through vgdb, whose pipes are named
+# after USER (unset in some containers): the server and it must agree.
+VG_USER="${USER:-$(id -un)}"
 [ "$LARGE" -gt "$SMALL" ] || { log "LARGE must exceed SMALL"; exit 1; }
 
 # OUT, PIDS, their cleanup on exit, and `listening`.
@@ -101,7 +108,8 @@ count() {
     # The environment is set before valgrind: it follows no exec.
     env -u REDIS_URL -u EVM_RPC_URL -u WEBHOOK_URL HOST=127.0.0.1 PORT=0 \
         BENCH_PAYERS="$PAYERS" BENCH_SEED="$SEED" FACILITATOR_URL="http://$FACILITATOR" "${redis[@]}" \
-        BENCH_LOCAL_PRECHECK="$precheck" BENCH_KNOWN_PAYERS="$known" valgrind --tool=callgrind --callgrind-out-file="$cg" "${cmd[@]}" \
+        BENCH_LOCAL_PRECHECK="$precheck" BENCH_KNOWN_PAYERS="$known" USER="$VG_USER" \
+        valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$cg" "${cmd[@]}" \
         > "$OUT/$name.log" 2>&1 &
     local pid="$!"
     # This runs in a command substitution, which the EXIT trap does not
@@ -112,11 +120,19 @@ count() {
         wait "$pid" 2>/dev/null || true
         exit 1
     }
+    toggle() {
+        env HOST=127.0.0.1 USER="$VG_USER" callgrind_control --instr="$1" "$pid" > "$OUT/toggle.log" 2>&1 \
+            || fail "callgrind_control --instr=$1 failed" "$OUT/toggle.log"
+    }
     local addr
     addr="$(listening "$OUT/$name.log")" || fail "$name did not start" "$OUT/$name.log"
     for run in warm load; do
         local requests="$n" args=("${load[@]}")
         [ "$run" = warm ] && requests="$WARMUP" args=("${warm[@]}")
+        # Only the counted run is counted: start-up and the warm-up (where
+        # one-off work such as the metrics clock's calibration runs for as
+        # long as it happens to take) are not.
+        [ "$run" = load ] && toggle on
         "$BIN/loadgen" --addr "$addr" --connections "$CONNECTIONS" --payers "$PAYERS" \
             "${args[@]}" --duration 600 \
             --max-requests "$requests" --expect 200 > "$OUT/lg.json" 2> "$OUT/lg.err" \
@@ -124,9 +140,13 @@ count() {
         grep -q "\"ok\":$requests," "$OUT/lg.json" \
             || fail "$name did not answer every request with 200" "$OUT/lg.json"
     done
+    toggle off
     kill -TERM "$pid"
     wait "$pid" 2>/dev/null || true
-    sed -n 's/^summary: //p' "$cg" | head -n 1
+    [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$cg" "$KEEP/"
+    # With collection toggled, callgrind's summary line reads 0 and its
+    # totals line holds the count.
+    sed -n 's/^totals: //p' "$cg" | head -n 1
 }
 
 echo "== instructions per paid request or session call (callgrind, server process, $SMALL and $LARGE requests)"

@@ -95,30 +95,40 @@ pub(crate) enum Lookup<T> {
 }
 
 /// Finds the route protecting a request to `path` (its raw path, as the
-/// client sent it), dispatched on `template` if the router said so.
+/// client sent it), dispatched on `template` if the router said so. With a
+/// `memo` (the engine's, for its route table), the route a template falls
+/// to is worked out once per template and method.
 pub(crate) fn lookup<'a, T>(
     routes: &'a [T],
     route: impl Fn(&T) -> &Route,
     method: &Method,
     path: &str,
     template: Option<&str>,
+    memo: Option<&TemplateMemo>,
 ) -> Lookup<&'a T> {
     let candidates = || {
-        routes.iter().filter_map(|r| {
+        routes.iter().enumerate().filter_map(|(i, r)| {
             let found = route(r);
             let pattern = found.pattern.as_ref().ok()?;
-            found.allows(method).then_some((r, pattern))
+            found.allows(method).then_some((i, pattern))
         })
     };
     if let Some(template) = template {
-        // Read once, for every route it is checked against.
-        let mut parts = [TemplatePart::Param; MAX_READ_PARTS];
-        let found = match read_template(template, &mut parts) {
-            Some(read) => candidates().find(|(_, p)| covers_parts(p, read.iter().copied())),
-            None => candidates().find(|(_, p)| covers_template(p, template)),
+        let covering = || {
+            // Read once, for every route it is checked against.
+            let mut parts = [TemplatePart::Param; MAX_READ_PARTS];
+            let found = match read_template(template, &mut parts) {
+                Some(read) => candidates().find(|(_, p)| covers_parts(p, read.iter().copied())),
+                None => candidates().find(|(_, p)| covers_template(p, template)),
+            };
+            found.map(|(i, _)| i)
         };
-        if let Some((i, _)) = found {
-            return Lookup::Protected(i);
+        let found = match memo {
+            Some(memo) => memo.get_or_find(method, template, covering),
+            None => covering(),
+        };
+        if let Some(i) = found {
+            return Lookup::Protected(&routes[i]);
         }
     }
     let readings = Readings::of(path);
@@ -127,13 +137,98 @@ pub(crate) fn lookup<'a, T>(
         reading.read(path, &mut segments);
         if let Some((i, pattern)) = candidates().find(|(_, p)| p.covers(&segments)) {
             return if readings.decoder_dependent && pattern.has_variables() {
-                Lookup::Ambiguous(i)
+                Lookup::Ambiguous(&routes[i])
             } else {
-                Lookup::Protected(i)
+                Lookup::Protected(&routes[i])
             };
         }
     }
     Lookup::Free
+}
+
+/// The route of a table that each router template (with a method) falls
+/// to, remembered: reading a template and comparing it with each route's
+/// pattern took about 900 instructions of every protected request, and a
+/// router hands the same few templates to all of them.
+///
+/// What it remembers is a function of the template's text, the method and
+/// the route table alone, and an engine's table does not change once built,
+/// so a remembered answer is the answer. Entries are matched on the whole
+/// text, never a hash of it. It holds [`TEMPLATE_MEMO_SLOTS`] entries, each
+/// written once: a template whose slot another holds (or one of more than
+/// [`TEMPLATE_MEMO_LEN`] bytes, as an adapter that hands the path itself
+/// might) is worked out every time, as without the memo. Reads take no
+/// lock and write nothing that other cores read.
+pub(crate) struct TemplateMemo {
+    slots: Box<[std::sync::OnceLock<Remembered>]>,
+}
+
+/// Slots of a [`TemplateMemo`].
+pub(crate) const TEMPLATE_MEMO_SLOTS: usize = 64;
+
+/// The longest template a [`TemplateMemo`] remembers.
+pub(crate) const TEMPLATE_MEMO_LEN: usize = 256;
+
+struct Remembered {
+    method: Method,
+    template: Box<str>,
+    route: Option<usize>,
+}
+
+impl TemplateMemo {
+    pub(crate) fn new() -> Self {
+        Self {
+            slots: (0..TEMPLATE_MEMO_SLOTS)
+                .map(|_| std::sync::OnceLock::new())
+                .collect(),
+        }
+    }
+
+    /// The index of the route `template` falls to for `method`, as `find`
+    /// says: remembered, or found and remembered if its slot is free.
+    fn get_or_find(
+        &self,
+        method: &Method,
+        template: &str,
+        find: impl FnOnce() -> Option<usize>,
+    ) -> Option<usize> {
+        if template.len() > TEMPLATE_MEMO_LEN {
+            return find();
+        }
+        let slot = &self.slots[slot_of(method, template)];
+        if let Some(r) = slot.get() {
+            if r.template.as_ref() == template && r.method == method {
+                return r.route;
+            }
+            return find();
+        }
+        let route = find();
+        // Another thread may fill the slot first, with this template or
+        // another: either way, `route` is this template's answer.
+        let _ = slot.set(Remembered {
+            method: method.clone(),
+            template: template.into(),
+            route,
+        });
+        route
+    }
+}
+
+impl std::fmt::Debug for TemplateMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let held = self.slots.iter().filter(|s| s.get().is_some()).count();
+        f.debug_struct("TemplateMemo").field("held", &held).finish()
+    }
+}
+
+/// A slot for a template and method: FNV-1a over the text and the method.
+fn slot_of(method: &Method, template: &str) -> usize {
+    let mut hash: u32 = 0x811c_9dc5;
+    for &b in method.as_str().as_bytes().iter().chain(template.as_bytes()) {
+        hash ^= u32::from(b);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash as usize % TEMPLATE_MEMO_SLOTS
 }
 
 /// Whether `pattern` matches every path a router template matches: its

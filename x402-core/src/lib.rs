@@ -51,5 +51,5 @@ pub mod webhook;
 
 pub use engine::{BoundRoute, Completion, Decision, Engine, EngineBuilder, Guard, PaidRequest};
 pub use facilitator::Facilitator;
-pub use payment::{SessionCall, SharedStr, VerifiedPayment};
+pub use payment::{SessionCall, SharedRequirements, SharedStr, VerifiedPayment};
 pub use route::{Asset, Offer, Route};

@@ -33,7 +33,7 @@ pub struct VerifiedPayment {
     pub pay_to: SharedStr,
     /// The seller's requirement the payment matched (for a session call, the
     /// first way the session was sold). Shared with the engine's route table.
-    pub requirements: Arc<v2::PaymentRequirements>,
+    pub requirements: SharedRequirements,
     /// The matched route's pattern.
     pub route: SharedStr,
     /// On `upto` routes, where the handler reports what the call cost.
@@ -155,6 +155,116 @@ impl Kept {
         self.texts.insert(text);
         self.bytes += s.len();
         Some(text)
+    }
+}
+
+/// A seller's requirement shared rather than copied, as [`SharedStr`]
+/// shares text: cloning it copies nothing, and it reads as the
+/// [`PaymentRequirements`](v2::PaymentRequirements) it derefs to.
+///
+/// A static offer's requirement, which every paid request clones (into its
+/// payment, then the handler's extensions, then an extractor's copy), is
+/// kept for the life of the process, up to [`KEPT_REQUIREMENTS`] of them,
+/// and cloned without writing a count; others are counted.
+///
+/// ```
+/// use std::sync::Arc;
+/// use x402_core::{payment::SharedRequirements, proto::v2::PaymentRequirements};
+///
+/// let requirement: PaymentRequirements = serde_json::from_value(serde_json::json!({
+///     "scheme": "exact", "network": "eip155:84532", "amount": "1000",
+///     "asset": "0x036CbD53842c5426634e7929541eC2318f3dCF7e",
+///     "payTo": "0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
+///     "maxTimeoutSeconds": 60, "extra": {}
+/// }))?;
+/// let shared = SharedRequirements::from(Arc::new(requirement.clone()));
+/// assert_eq!(shared.amount, requirement.amount);
+/// assert_eq!(*shared.clone(), requirement);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct SharedRequirements(Shared<v2::PaymentRequirements>);
+
+#[derive(Clone)]
+enum Shared<T: 'static> {
+    Counted(Arc<T>),
+    Kept(&'static T),
+}
+
+/// How many distinct requirements [`SharedRequirements`] keeps at most, in
+/// all: what is kept is never freed.
+pub const KEPT_REQUIREMENTS: usize = 128;
+
+impl SharedRequirements {
+    /// The requirement.
+    pub fn as_requirements(&self) -> &v2::PaymentRequirements {
+        match &self.0 {
+            Shared::Counted(r) => r,
+            Shared::Kept(r) => r,
+        }
+    }
+
+    /// `requirements`, kept for the life of the process if it is among the
+    /// first [`KEPT_REQUIREMENTS`] such requirements (each kept once), else
+    /// counted. For a static offer's requirement, made once per offer.
+    pub(crate) fn kept(requirements: &Arc<v2::PaymentRequirements>) -> Self {
+        use std::sync::{Mutex, PoisonError};
+        static KEPT: Mutex<Vec<&'static v2::PaymentRequirements>> = Mutex::new(Vec::new());
+        let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(&found) = kept.iter().find(|&&r| r == &**requirements) {
+            return Self(Shared::Kept(found));
+        }
+        if kept.len() >= KEPT_REQUIREMENTS {
+            return Self::from(requirements.clone());
+        }
+        let leaked: &'static v2::PaymentRequirements =
+            Box::leak(Box::new((**requirements).clone()));
+        kept.push(leaked);
+        Self(Shared::Kept(leaked))
+    }
+
+    /// Whether the requirement is kept for the life of the process.
+    #[cfg(test)]
+    pub(crate) fn is_kept(&self) -> bool {
+        matches!(self.0, Shared::Kept(_))
+    }
+}
+
+impl Deref for SharedRequirements {
+    type Target = v2::PaymentRequirements;
+
+    fn deref(&self) -> &v2::PaymentRequirements {
+        self.as_requirements()
+    }
+}
+
+impl AsRef<v2::PaymentRequirements> for SharedRequirements {
+    fn as_ref(&self) -> &v2::PaymentRequirements {
+        self.as_requirements()
+    }
+}
+
+impl PartialEq for SharedRequirements {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_requirements() == other.as_requirements()
+    }
+}
+
+impl fmt::Debug for SharedRequirements {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_requirements(), f)
+    }
+}
+
+impl From<Arc<v2::PaymentRequirements>> for SharedRequirements {
+    fn from(requirements: Arc<v2::PaymentRequirements>) -> Self {
+        Self(Shared::Counted(requirements))
+    }
+}
+
+impl From<v2::PaymentRequirements> for SharedRequirements {
+    fn from(requirements: v2::PaymentRequirements) -> Self {
+        Self::from(Arc::new(requirements))
     }
 }
 
@@ -346,6 +456,31 @@ mod tests {
         assert_eq!(String::from(kept.clone()), text);
         let map: std::collections::HashMap<SharedStr, u8> = [(counted, 1)].into();
         assert_eq!(map.get(&kept), Some(&1));
+    }
+
+    #[test]
+    fn a_requirement_is_kept_once_and_equals_its_counted_self() {
+        use std::sync::Arc;
+
+        use super::SharedRequirements;
+        let requirement: crate::proto::v2::PaymentRequirements =
+            serde_json::from_value(serde_json::json!({
+                "scheme": "exact", "network": "eip155:1", "amount": "7",
+                "asset": "0x0000000000000000000000000000000000000001",
+                "payTo": "0x0000000000000000000000000000000000000002",
+                "maxTimeoutSeconds": 60, "extra": {"test": "a_requirement_is_kept_once"}
+            }))
+            .unwrap();
+        let a = SharedRequirements::kept(&Arc::new(requirement.clone()));
+        let b = SharedRequirements::kept(&Arc::new(requirement.clone()));
+        assert!(a.is_kept() && b.is_kept());
+        // The same requirement from another Arc is the same kept copy.
+        assert!(std::ptr::eq(a.as_requirements(), b.as_requirements()));
+        let counted = SharedRequirements::from(requirement.clone());
+        assert!(!counted.is_kept());
+        assert_eq!(a, counted);
+        assert_eq!(*a.clone(), requirement);
+        assert_eq!(format!("{a:?}"), format!("{requirement:?}"));
     }
 
     #[test]

@@ -76,9 +76,15 @@ where
         // Unprotected requests and ready-made 402s are decided here, with no
         // clone of the inner service and no boxed future.
         let read = self.read_dispatch;
-        let step = match self.guard.process(view(&request, read)).now() {
+        let seen = view(&request, read);
+        // The router rewrote the URI (a nested router stripped its prefix):
+        // a request that passes is checked as the inner service sees it.
+        let rewritten = !std::ptr::eq(seen.uri, request.uri()) && seen.uri != request.uri();
+        let step = match self.guard.process(seen).now() {
             Now::Decided(Decision::Pass) => {
-                passed(&self.guard, &request, read);
+                if rewritten {
+                    passed(&self.guard, &request);
+                }
                 return ResponseFuture::pass(self.inner.call(request));
             }
             Now::Decided(Decision::Respond(response)) => {
@@ -93,7 +99,9 @@ where
         // tower-service's docs).
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let guard = self.guard.clone();
+        // The guard only for that check: its count is shared by every
+        // request on every core.
+        let guard = (rewritten && step.is_err()).then(|| self.guard.clone());
 
         // Boxed, within 1 032 bytes (x402-core's `BoxedDecision` says
         // why): the decision ends with its statement, and the request is
@@ -108,7 +116,9 @@ where
                 },
             };
             let Some(paid) = paid else {
-                passed(&guard, &request, read);
+                if let Some(guard) = &guard {
+                    passed(guard, &request);
+                }
                 let response = inner.call(request).await?;
                 return Ok(response.map(PaywallBody::stream));
             };
@@ -125,20 +135,14 @@ where
     }
 }
 
-/// For a request that passes, when its router rewrote the URI: the guard
+/// For a request that passes after its router rewrote the URI: the guard
 /// checks the request as the inner service sees it.
-fn passed<B>(guard: &Guard, request: &Request<B>, read: ReadDispatch) {
-    let dispatch = read(request.extensions());
-    if dispatch
-        .original_uri
-        .is_some_and(|uri| uri != request.uri())
-    {
-        guard.passed(RequestView::new(
-            request.method(),
-            request.uri(),
-            request.headers(),
-        ));
-    }
+fn passed<B>(guard: &Guard, request: &Request<B>) {
+    guard.passed(RequestView::new(
+        request.method(),
+        request.uri(),
+        request.headers(),
+    ));
 }
 
 /// The engine's view of a request: the URI the client sent, the template

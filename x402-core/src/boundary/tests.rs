@@ -21,7 +21,7 @@ fn find(path: &str, template: Option<&str>) -> Lookup<String> {
 
 fn find_as(method: &Method, path: &str, template: Option<&str>) -> Lookup<String> {
     let routes = routes();
-    match lookup(&routes, |r| r, method, path, template) {
+    match lookup(&routes, |r| r, method, path, template, None) {
         Lookup::Free => Lookup::Free,
         Lookup::Protected(r) => Lookup::Protected(r.pattern().to_owned()),
         Lookup::Ambiguous(r) => Lookup::Ambiguous(r.pattern().to_owned()),
@@ -426,4 +426,98 @@ proptest! {
         let stored = percent_decode(&raw).to_ascii_lowercase();
         prop_assert!(decoded_eq(&raw, &stored));
     }
+}
+
+/// `find_as`, through `memo`.
+fn find_remembered(
+    memo: &TemplateMemo,
+    method: &Method,
+    path: &str,
+    template: Option<&str>,
+) -> Lookup<String> {
+    let routes = routes();
+    match lookup(&routes, |r| r, method, path, template, Some(memo)) {
+        Lookup::Free => Lookup::Free,
+        Lookup::Protected(r) => Lookup::Protected(r.pattern().to_owned()),
+        Lookup::Ambiguous(r) => Lookup::Ambiguous(r.pattern().to_owned()),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    /// A remembered template finds what working it out finds, the first
+    /// time and every time after, whatever else fills the memo (one memo
+    /// serves every case: its slots fill, and templates meet in them).
+    #[test]
+    fn a_remembered_template_finds_what_working_it_out_finds(
+        template in template(),
+        path in path(),
+        post in any::<bool>(),
+    ) {
+        static MEMO: std::sync::OnceLock<TemplateMemo> = std::sync::OnceLock::new();
+        let memo = MEMO.get_or_init(TemplateMemo::new);
+        let method = if post { Method::POST } else { Method::GET };
+        let fresh = find_as(&method, &path, Some(&template));
+        for _ in 0..2 {
+            prop_assert_eq!(
+                find_remembered(memo, &method, &path, Some(&template)),
+                fresh.clone(),
+                "{} {}", method, template
+            );
+        }
+    }
+}
+
+/// More templates than slots, under two methods, one too long to keep:
+/// each is answered as without the memo, the first time and after, and the
+/// memo holds at most one entry a slot.
+#[test]
+fn a_full_memo_answers_as_none() {
+    let memo = TemplateMemo::new();
+    let mut templates: Vec<String> = (0..3 * TEMPLATE_MEMO_SLOTS)
+        .map(|i| match i % 3 {
+            0 => format!("/weather/{{city{i}}}"),
+            1 => format!("/report{i}"),
+            _ => format!("/jobs/{{id}}/run/{i}"),
+        })
+        .collect();
+    templates.extend([
+        "/report".into(),
+        "/weather/{city}".into(),
+        "/jobs/{id}/run".into(),
+    ]);
+    templates.push(format!("/files/{}", "x".repeat(TEMPLATE_MEMO_LEN)));
+    for round in 0..2 {
+        for template in &templates {
+            for method in [Method::GET, Method::POST] {
+                assert_eq!(
+                    find_remembered(&memo, &method, "/unrelated/path", Some(template)),
+                    find_as(&method, "/unrelated/path", Some(template)),
+                    "round {round}: {method} {template}"
+                );
+            }
+        }
+    }
+    let held = memo
+        .slots
+        .iter()
+        .filter_map(|s| s.get())
+        .collect::<Vec<_>>();
+    assert_eq!(held.len(), TEMPLATE_MEMO_SLOTS, "every slot filled");
+    assert!(held.iter().all(|r| r.template.len() <= TEMPLATE_MEMO_LEN));
+    // The routes' own templates: GET /report and /weather/{city}
+    // protected, POST /jobs/{id}/run protected, the wrong method free.
+    assert_eq!(
+        find_remembered(&memo, &Method::GET, "/x", Some("/weather/{city}")),
+        protected("/weather/:city")
+    );
+    assert_eq!(
+        find_remembered(&memo, &Method::POST, "/x", Some("/jobs/{id}/run")),
+        protected("/jobs/{id}/run")
+    );
+    assert_eq!(
+        find_remembered(&memo, &Method::GET, "/x", Some("/jobs/{id}/run")),
+        Lookup::Free
+    );
 }

@@ -436,7 +436,7 @@ impl Engine {
             amount: requirement.amount,
             asset: names.asset.clone(),
             pay_to: names.pay_to.clone(),
-            requirements: requirement.clone(),
+            requirements: names.requirements.clone(),
             route: compiled.pattern.clone(),
             meter: Some(meter.clone()),
             session: None,

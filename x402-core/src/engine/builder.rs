@@ -431,6 +431,7 @@ impl EngineBuilder {
             inner: Arc::new(Inner {
                 facilitator: self.facilitator,
                 routes,
+                templates: crate::boundary::TemplateMemo::new(),
                 bound: std::sync::Mutex::new(Vec::new()),
                 origin,
                 hooks,

@@ -46,22 +46,29 @@ impl Engine {
         // The engine's future is allocated for every protected request: the
         // rarer, larger steps (first resolution, dynamic pricing, session
         // redemption, verification) are boxed so that it stays small.
+        // A static price's offers are borrowed from the route, not
+        // counted: every request on every core would write the count.
         let ready = match &route.pricing {
-            Pricing::Static(_) => compiled.resolved.get().cloned().map(Some),
+            Pricing::Static(_) => compiled.resolved.get(),
             Pricing::Dynamic(_) => None,
         };
-        let offers = match ready {
-            Some(resolved) => Ok(resolved),
-            None => Box::pin(self.offers(compiled, &request)).await,
-        };
-        let resolved = match offers {
-            Ok(Some(resolved)) => resolved,
-            Ok(None) => return Decision::Pass.into(),
-            Err(refusal) => {
-                crate::metrics::refusal(route.pattern(), &refusal);
-                return Decision::Respond(response::refusal_response(&refusal, None, None, None))
+        let priced;
+        let resolved = match ready {
+            Some(resolved) => resolved,
+            None => match Box::pin(self.offers(compiled, &request)).await {
+                Ok(Some(resolved)) => {
+                    priced = resolved;
+                    &priced
+                }
+                Ok(None) => return Decision::Pass.into(),
+                Err(refusal) => {
+                    crate::metrics::refusal(route.pattern(), &refusal);
+                    return Decision::Respond(response::refusal_response(
+                        &refusal, None, None, None,
+                    ))
                     .into();
-            }
+                }
+            },
         };
 
         let sent = Sent::of(request.headers);
@@ -71,7 +78,7 @@ impl Engine {
         // refused proof gets the challenge, unless a payment came with it.
         let mut sign_in_refusal = None;
         if let Some(proof) = route.sign_in_with_x.as_ref().and(sent.sign_in) {
-            match Box::pin(self.sign_in(compiled, &resolved, &request, proof)).await {
+            match Box::pin(self.sign_in(compiled, resolved, &request, proof)).await {
                 Ok(paid) => return Decision::Paid(paid).into(),
                 Err(refusal @ Refusal::Unavailable { .. }) => {
                     crate::metrics::refusal(route.pattern(), &refusal);
@@ -87,7 +94,7 @@ impl Engine {
         // A prepaid session call needs no payment.
         let mut session_refusal = None;
         if let (Some(scope), Some(token)) = (resolved.scope(), sent.session) {
-            match Box::pin(self.redeem(compiled, &resolved, scope, token)).await {
+            match Box::pin(self.redeem(compiled, resolved, scope, token)).await {
                 Ok(paid) => return Decision::Paid(paid).into(),
                 Err(Refusal::Unavailable {
                     reason,
@@ -113,7 +120,7 @@ impl Engine {
         let bazaar = resolved.extensions.contains_key(crate::bazaar::BAZAAR);
         if header.is_none() && session_refusal.is_none() {
             let url = RequestUrl::of(&self.inner.origin, &request);
-            if let Some(response) = ready_challenge(compiled, &resolved, &request, url) {
+            if let Some(response) = ready_challenge(compiled, resolved, &request, url) {
                 return Decision::Respond(response).into();
             }
         }
@@ -124,7 +131,7 @@ impl Engine {
             self.sign_in_challenge(compiled, siwx, &request, extensions);
         }
         let Some(header) = header else {
-            let mut parts = self.parts(route, &resource, &resolved);
+            let mut parts = self.parts(route, &resource, resolved);
             if let Some(extensions) = &enriched {
                 parts.extensions = extensions;
             }
@@ -176,7 +183,7 @@ impl Engine {
     pub(super) async fn pay(
         &self,
         compiled: &Arc<CompiledRoute>,
-        resolved: Arc<Resolved>,
+        resolved: &Arc<Resolved>,
         offered: Box<Offered>,
         header: &HeaderValue,
     ) -> BoxedDecision {
@@ -196,13 +203,13 @@ impl Engine {
     async fn pay_with(
         &self,
         compiled: &Arc<CompiledRoute>,
-        resolved: Arc<Resolved>,
+        resolved: &Arc<Resolved>,
         offered: Box<Offered>,
         header: &HeaderValue,
         identifier: &mut Option<Box<crate::payment_id::flow::Held>>,
     ) -> BoxedDecision {
         let route = &compiled.route;
-        let mut parts = self.parts(route, &offered.resource, &resolved);
+        let mut parts = self.parts(route, &offered.resource, resolved);
         if let Some(extensions) = &offered.enriched {
             parts.extensions = extensions;
         }
@@ -250,7 +257,7 @@ impl Engine {
             };
         }
 
-        let Some(matched) = find_match(&resolved, &payload) else {
+        let Some(matched) = find_match(resolved, &payload) else {
             return refuse(Refusal::NoMatchingRequirements, Some(version), None);
         };
         let offer = matched.offer;
@@ -376,7 +383,7 @@ impl Engine {
             amount: offer.requirements.amount,
             asset: names.asset.clone(),
             pay_to: names.pay_to.clone(),
-            requirements: offer.requirements.clone(),
+            requirements: names.requirements.clone(),
             route: compiled.pattern.clone(),
             meter: meter.clone(),
             session: None,
@@ -423,52 +430,48 @@ impl Engine {
         let Some(hash) = token.to_str().ok().and_then(SessionToken::hash_sent) else {
             return Err(Refusal::Invalid("session_invalid".into()));
         };
-        let store = self.inner.sessions.clone();
         let (scope_owned, now) = (scope.clone(), unix_now());
         // A redemption is a write: if this request stops waiting for it (the
         // deadline passed, or the client hung up), one that lands late is
-        // given back, since its request was refused. The call hands its
-        // store on to that, rather than the request cloning it twice.
-        let give_back = move |(answer, store): (Result<Redemption, _>, Arc<dyn SessionStore>)| async move {
+        // given back, since its request was refused. The call owns the
+        // engine (its store) and hands it on, to that or to the paid
+        // request: one count written per call, where a clone of the store
+        // and then of the engine wrote three.
+        let give_back = move |(answer, engine): (Result<Redemption, _>, Engine)| async move {
             if let Ok(Redemption::Redeemed { .. }) = answer {
-                if let Err(e) = store.give_back(&hash).await {
+                if let Err(e) = engine.inner.sessions.give_back(&hash).await {
                     tracing::error!(error = %e, "x402: could not give back a late session redemption");
                 }
             }
         };
+        let engine = self.clone();
         let mut call = Late::new(
             "session redemption",
-            async move { (store.redeem(&hash, &scope_owned, now).await, store) },
+            async move {
+                let answer = engine.inner.sessions.redeem(&hash, &scope_owned, now).await;
+                (answer, engine)
+            },
             give_back,
         );
-        let answer = call
-            .answer(self.inner.session_deadline)
-            .await
-            .map(|(answer, _)| answer);
+        let answer = call.answer(self.inner.session_deadline).await;
         drop(call);
+        let Some((answer, engine)) = answer else {
+            tracing::error!("x402: session store missed its deadline");
+            return Err(session_unavailable());
+        };
         let remaining = match answer {
-            Some(Ok(Redemption::Redeemed { remaining })) => {
+            Ok(Redemption::Redeemed { remaining }) => {
                 self.inner.series.redeemed();
                 remaining
             }
-            Some(Ok(Redemption::Unknown)) => {
-                return Err(Refusal::Invalid("session_unknown".into()))
-            }
-            Some(Ok(Redemption::Expired)) => {
-                return Err(Refusal::Invalid("session_expired".into()))
-            }
-            Some(Ok(Redemption::Exhausted)) => {
-                return Err(Refusal::Invalid("session_exhausted".into()))
-            }
-            Some(Ok(Redemption::OutOfScope)) => {
+            Ok(Redemption::Unknown) => return Err(Refusal::Invalid("session_unknown".into())),
+            Ok(Redemption::Expired) => return Err(Refusal::Invalid("session_expired".into())),
+            Ok(Redemption::Exhausted) => return Err(Refusal::Invalid("session_exhausted".into())),
+            Ok(Redemption::OutOfScope) => {
                 return Err(Refusal::Invalid("session_out_of_scope".into()))
             }
-            Some(Err(e)) => {
+            Err(e) => {
                 tracing::error!(error = %e, "x402: session store failed");
-                return Err(session_unavailable());
-            }
-            None => {
-                tracing::error!("x402: session store missed its deadline");
                 return Err(session_unavailable());
             }
         };
@@ -486,7 +489,7 @@ impl Engine {
             amount: AtomicAmount::ZERO,
             asset: names.asset.clone(),
             pay_to: names.pay_to.clone(),
-            requirements: first.requirements.clone(),
+            requirements: names.requirements.clone(),
             route: compiled.pattern.clone(),
             meter: None,
             session: Some(SessionCall {
@@ -496,7 +499,7 @@ impl Engine {
             sign_in: None,
         };
         Ok(Box::new(PaidRequest {
-            engine: self.clone(),
+            engine,
             route: compiled.clone(),
             payment: Arc::new(payment),
             finished: false,

@@ -127,6 +127,9 @@ pub struct Engine {
 struct Inner {
     facilitator: Arc<dyn Facilitator>,
     routes: Vec<Arc<CompiledRoute>>,
+    /// The route each router template falls to, for `routes` (which do not
+    /// change once built).
+    templates: crate::boundary::TemplateMemo,
     /// Routes bound to one handler each ([`Engine::bind`]): not matched
     /// against paths, listed by discovery.
     bound: std::sync::Mutex<Vec<Arc<CompiledRoute>>>,
@@ -303,6 +306,7 @@ impl Engine {
             request.method,
             request.uri.path(),
             request.route_template,
+            Some(&self.inner.templates),
         )
     }
 
@@ -547,7 +551,7 @@ mod tests {
     }
 
     /// A static price's offer lasts as long as its route, and a payment
-    /// shares its names without a count; a price made for one request does
+    /// shares its names and requirement without a count; a price made for one request does
     /// not, and its names are counted, not kept for the life of the process
     /// (nor looked up under the process-wide lock that keeps them).
     #[tokio::test]
@@ -587,6 +591,10 @@ mod tests {
             ] {
                 assert_eq!(name.is_kept(), kept, "{path}: {name}");
             }
+            // So is the requirement it matched, and the clones the handler's
+            // extractors make share it.
+            assert_eq!(payment.requirements.is_kept(), kept, "{path}");
+            assert_eq!(payment.requirements.amount, challenge.accepts[0].amount);
         }
     }
 }

@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::{
     money::PriceError,
     network::{self, Family, TransferMethod},
-    payment::SharedStr,
+    payment::{SharedRequirements, SharedStr},
     proto::{
         v2, JsonObject, PaymentRequirements, SupportedResponse, WrittenRequirement, X402Version,
     },
@@ -113,10 +113,12 @@ pub(crate) struct OfferNames {
     pub(crate) network: SharedStr,
     pub(crate) asset: SharedStr,
     pub(crate) pay_to: SharedStr,
+    /// The requirement itself, as the payments share it.
+    pub(crate) requirements: SharedRequirements,
 }
 
 impl OfferNames {
-    fn of(requirements: &v2::PaymentRequirements, keep: bool) -> Self {
+    fn of(requirements: &Arc<v2::PaymentRequirements>, keep: bool) -> Self {
         let name = |s: &str| {
             if keep {
                 SharedStr::kept(s)
@@ -129,6 +131,11 @@ impl OfferNames {
             network: name(&requirements.network),
             asset: name(&requirements.asset),
             pay_to: name(&requirements.pay_to),
+            requirements: if keep {
+                SharedRequirements::kept(requirements)
+            } else {
+                SharedRequirements::from(requirements.clone())
+            },
         }
     }
 }

@@ -170,7 +170,7 @@ impl Engine {
             amount: AtomicAmount::ZERO,
             asset: names.asset.clone(),
             pay_to: names.pay_to.clone(),
-            requirements: first.requirements.clone(),
+            requirements: names.requirements.clone(),
             route: compiled.pattern.clone(),
             meter: None,
             session: None,

@@ -220,7 +220,13 @@ pub(super) fn resolve_route(
             id: s.id.clone(),
             calls: s.calls,
             ttl: s.ttl,
-            scope: SharedStr::from(s.scope.as_str()),
+            // Every redemption clones it (twice, with its payment's copy):
+            // kept, as a static offer's names are (see `SharedStr`).
+            scope: if lasting {
+                SharedStr::kept(s.scope.as_str())
+            } else {
+                SharedStr::from(s.scope.as_str())
+            },
             accepts: resolve_all(route, &s.offers, supported, lasting)?,
         });
     }
