@@ -17,11 +17,11 @@
 # session-floor (one Redis redemption from a bare handler) and
 # session-redis (the example redeeming from Redis). Both runs of a server
 # open or buy the same sessions (30, and 3 to warm up), so what differs
-# between them is redemptions alone. Counted over the whole
-# process, as before, the example's count varied by several thousand
-# instructions from run to run (the metrics clock calibrates itself for as
-# long as it happens to take); over the counted run alone, repeated runs
-# agree within a few hundred.
+# between them is redemptions alone. Counted over the whole process, as it
+# was before, the example's count varied by several thousand instructions
+# from run to run (the metrics clock calibrates itself for as long as it
+# happens to take); over the counted run alone, repeated runs agree within
+# a few hundred.
 #
 # Knobs: SERVERS="http-floor paid-http-engine paid-http-noprecheck paid-http
 # paid-http-newpayers http-peer" (any of them, and session-floor
@@ -30,7 +30,8 @@
 # most 2 970 for the session paths), CONNECTIONS=8, REDIS_URL,
 # SKIP_PEER=1, KEEP=DIR (keeps each run's callgrind output there, as
 # NAME-REQUESTS.cg, for callgrind_annotate); BIN=DIR and PEER=FILE use
-# binaries built already instead of building them. Needs valgrind. About 10 minutes plus the release builds.
+# binaries built already instead of building them. Needs valgrind (and its
+# callgrind_control). About 10 minutes plus the release builds.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -551,9 +551,10 @@ mod tests {
     }
 
     /// A static price's offer lasts as long as its route, and a payment
-    /// shares its names and requirement without a count; a price made for one request does
-    /// not, and its names are counted, not kept for the life of the process
-    /// (nor looked up under the process-wide lock that keeps them).
+    /// shares its names and requirement without a count; a price made for
+    /// one request does not, and its names are counted, not kept for the
+    /// life of the process (nor looked up under the process-wide lock that
+    /// keeps them).
     #[tokio::test]
     async fn only_offers_that_last_keep_their_names() {
         use crate::{route::RequestInfo, testing};

@@ -71,8 +71,9 @@ pub(crate) struct ResolvedOffer {
     /// rather than being resolved for one request: its names are then kept
     /// for the life of the process (see [`SharedStr`]).
     pub(crate) lasting: bool,
-    /// The requirement's names, shared with the payments that match it:
-    /// made by the first one (see [`names`](Self::names)).
+    /// The requirement's names, and the requirement as payments share it:
+    /// made by the first payment that matches it (see
+    /// [`names`](Self::names)); reset by whatever changes `requirements`.
     names: OnceLock<OfferNames>,
     /// The requirement as the facilitator gets it, and its JSON, shared the
     /// same way (see [`wire`](Self::wire)); reset by whatever changes
@@ -102,11 +103,11 @@ impl ResolvedOffer {
     }
 }
 
-/// A requirement's scheme, network, asset and recipient as [`SharedStr`]s:
-/// made at most once per offer, so that a
-/// [`VerifiedPayment`](crate::VerifiedPayment) shares them instead of
-/// copying them per request (kept for the offers that last: see
-/// [`SharedStr`]).
+/// A requirement's scheme, network, asset and recipient as [`SharedStr`]s,
+/// and the requirement itself as a [`SharedRequirements`]: made at most
+/// once per offer, so that a [`VerifiedPayment`](crate::VerifiedPayment)
+/// shares them instead of copying them per request (kept for the offers
+/// that last: see [`SharedStr`]).
 #[derive(Debug, Clone)]
 pub(crate) struct OfferNames {
     pub(crate) scheme: SharedStr,
@@ -259,8 +260,10 @@ pub(crate) fn announce_flow(mut offer: ResolvedOffer, timing: SettlementTiming) 
         Arc::make_mut(&mut offer.requirements)
             .extra
             .insert(PAYMENT_FLOW.into(), Value::String("upfront".into()));
-        // A facilitator's copy made before would say otherwise.
+        // A facilitator's copy, or a payment's, made before would say
+        // otherwise.
         offer.wire = OnceLock::new();
+        offer.names = OnceLock::new();
     }
     offer
 }
