@@ -214,13 +214,6 @@ impl TemplateMemo {
     }
 }
 
-impl std::fmt::Debug for TemplateMemo {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let held = self.slots.iter().filter(|s| s.get().is_some()).count();
-        f.debug_struct("TemplateMemo").field("held", &held).finish()
-    }
-}
-
 /// A slot for a template and method: FNV-1a over the text and the method.
 fn slot_of(method: &Method, template: &str) -> usize {
     let mut hash: u32 = 0x811c_9dc5;

@@ -78,21 +78,38 @@ pub struct SessionCall {
 /// assert_eq!(owned, "eip155:8453");
 /// ```
 #[derive(Clone)]
-pub struct SharedStr(Repr);
+pub struct SharedStr(Shared<str>);
 
-#[derive(Clone)]
-enum Repr {
-    Counted(Arc<str>),
-    Kept(&'static str),
+/// How [`SharedStr`] and [`SharedRequirements`] hold what they share:
+/// by reference count, or kept for the life of the process.
+enum Shared<T: ?Sized + 'static> {
+    Counted(Arc<T>),
+    Kept(&'static T),
+}
+
+// Not derived: that would ask `T: Clone`, which `str` is not.
+impl<T: ?Sized + 'static> Clone for Shared<T> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Counted(shared) => Self::Counted(Arc::clone(shared)),
+            Self::Kept(kept) => Self::Kept(kept),
+        }
+    }
+}
+
+impl<T: ?Sized + 'static> Shared<T> {
+    fn get(&self) -> &T {
+        match self {
+            Self::Counted(shared) => shared,
+            Self::Kept(kept) => kept,
+        }
+    }
 }
 
 impl SharedStr {
     /// The text.
     pub fn as_str(&self) -> &str {
-        match &self.0 {
-            Repr::Counted(s) => s,
-            Repr::Kept(s) => s,
-        }
+        self.0.get()
     }
 
     /// `s`, kept for the life of the process if it is among the first
@@ -103,7 +120,7 @@ impl SharedStr {
     /// every paid request).
     pub(crate) fn kept(s: &str) -> Self {
         match keep(s) {
-            Some(kept) => Self(Repr::Kept(kept)),
+            Some(kept) => Self(Shared::Kept(kept)),
             None => Self::from(s),
         }
     }
@@ -111,7 +128,7 @@ impl SharedStr {
     /// Whether the text is kept for the life of the process.
     #[cfg(test)]
     pub(crate) fn is_kept(&self) -> bool {
-        matches!(self.0, Repr::Kept(_))
+        matches!(self.0, Shared::Kept(_))
     }
 }
 
@@ -185,12 +202,6 @@ impl Kept {
 #[derive(Clone)]
 pub struct SharedRequirements(Shared<v2::PaymentRequirements>);
 
-#[derive(Clone)]
-enum Shared<T: 'static> {
-    Counted(Arc<T>),
-    Kept(&'static T),
-}
-
 /// How many distinct requirements [`SharedRequirements`] keeps at most, in
 /// all: what is kept is never freed.
 pub const KEPT_REQUIREMENTS: usize = 128;
@@ -198,10 +209,7 @@ pub const KEPT_REQUIREMENTS: usize = 128;
 impl SharedRequirements {
     /// The requirement.
     pub fn as_requirements(&self) -> &v2::PaymentRequirements {
-        match &self.0 {
-            Shared::Counted(r) => r,
-            Shared::Kept(r) => r,
-        }
+        self.0.get()
     }
 
     /// `requirements`, kept for the life of the process if it is among the
@@ -334,13 +342,13 @@ impl fmt::Display for SharedStr {
 
 impl From<&str> for SharedStr {
     fn from(s: &str) -> Self {
-        Self(Repr::Counted(Arc::from(s)))
+        Self(Shared::Counted(Arc::from(s)))
     }
 }
 
 impl From<String> for SharedStr {
     fn from(s: String) -> Self {
-        Self(Repr::Counted(Arc::from(s)))
+        Self(Shared::Counted(Arc::from(s)))
     }
 }
 
