@@ -227,6 +227,44 @@ mod conformance {
         assert_eq!(store.redeem(&b, SCOPE, now).await.unwrap(), redeemed(1));
     }
 
+    /// Redemptions through `redeem_within`, for a store that keeps the
+    /// deadline itself (both built-in stores do), count as `redeem`'s do,
+    /// and a bounded future dropped before it is polled redeems nothing.
+    pub(crate) async fn bounded_redemptions_count_like_redeem<S: SessionStore>(stores: Vec<S>) {
+        let token = open(&stores[0], SCOPE, 3).await;
+        let now = unix_now();
+        fn bounded<'a, S: SessionStore>(
+            store: &'a S,
+            token: &'a TokenHash,
+            scope: &'a str,
+        ) -> x402_core::session::BoundedRedemption<'a> {
+            store
+                .redeem_within(token, scope, unix_now(), Duration::from_secs(5))
+                .expect("the built-in stores keep their deadlines")
+        }
+        assert_eq!(
+            bounded(&stores[0], &token, SCOPE).await.unwrap(),
+            redeemed(2)
+        );
+        drop(bounded(&stores[1 % stores.len()], &token, SCOPE));
+        assert_eq!(
+            bounded(&stores[0], &token, "news").await.unwrap(),
+            Redemption::OutOfScope
+        );
+        assert_eq!(
+            stores[0].redeem(&token, SCOPE, now).await.unwrap(),
+            redeemed(1)
+        );
+        assert_eq!(
+            bounded(&stores[0], &token, SCOPE).await.unwrap(),
+            redeemed(0)
+        );
+        assert_eq!(
+            bounded(&stores[0], &token, SCOPE).await.unwrap(),
+            Redemption::Exhausted
+        );
+    }
+
     /// 1,000 concurrent redemptions of a 100-call session, spread over the
     /// instances: exactly 100 redeemed, 900 exhausted, and every count from
     /// 99 down to 0 handed out once.
@@ -321,6 +359,11 @@ macro_rules! session_store_conformance {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn bounded_redemptions_count_like_redeem() {
+                conformance::bounded_redemptions_count_like_redeem($stores.await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn concurrent_redemptions_never_oversell() {
                 conformance::concurrent_redemptions_never_oversell(
                     $stores.await,
@@ -349,7 +392,7 @@ mod redis {
     use ::redis::AsyncCommands;
     use x402_core::session::{RedisSessionStore, SessionStoreError};
     use x402_tests::{
-        core_support::redis_server::{free_port, RedisServer},
+        core_support::redis_server::{free_port, script_calls, RedisServer},
         require,
     };
 
@@ -457,16 +500,39 @@ mod redis {
             .unwrap()
     }
 
-    /// Script calls (`EVALSHA`) the server has run since it started.
-    async fn script_calls(redis: &mut ::redis::aio::MultiplexedConnection) -> u64 {
-        let info: String = ::redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(redis)
-            .await
-            .unwrap();
-        info.lines()
-            .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-            .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+    /// Waits until the server on `port` has run `calls` script calls in
+    /// all, then checks that no more follow.
+    async fn script_calls_come_to(port: u16, calls: u64) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while script_calls(port) < calls {
+            assert!(Instant::now() < deadline, "the call was not given back");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(script_calls(port), calls);
+    }
+
+    /// A `redis-server` of the test's own, a store on it and a connection
+    /// to it, a 10-call session redeemed once (which loads both scripts),
+    /// its `now`, and the script calls run so far.
+    async fn private_session() -> (
+        RedisServer,
+        RedisSessionStore,
+        ::redis::aio::MultiplexedConnection,
+        TokenHash,
+        u64,
+        u64,
+    ) {
+        let server = RedisServer::start(free_port());
+        let store = RedisSessionStore::connect(&server.url()).await.unwrap();
+        let redis = connection_to(&server.url()).await;
+        let token = open(&store, SCOPE, 10).await;
+        let now = unix_now();
+        // A full session takes nothing back, but the script is loaded.
+        store.give_back(&token).await.unwrap();
+        assert_eq!(store.redeem(&token, SCOPE, now).await.unwrap(), redeemed(9));
+        let before = script_calls(server.port());
+        (server, store, redis, token, now, before)
     }
 
     /// A session's key under the default prefix.
@@ -519,10 +585,9 @@ mod redis {
         // A server of its own: its statistics count only this test's calls.
         let server = RedisServer::start(free_port());
         let store = RedisSessionStore::connect(&server.url()).await.unwrap();
-        let mut redis = connection_to(&server.url()).await;
         const CALLS: u64 = 400;
         let token = open(&store, SCOPE, CALLS).await;
-        let before = script_calls(&mut redis).await;
+        let before = script_calls(server.port());
 
         let now = unix_now();
         let cases = vec![(token, SCOPE, now); CALLS as usize];
@@ -537,7 +602,7 @@ mod redis {
         left.sort_unstable();
         assert_eq!(left, (0..CALLS).collect::<Vec<_>>());
         // ... in far fewer script calls than redemptions.
-        let calls = script_calls(&mut redis).await - before;
+        let calls = script_calls(server.port()) - before;
         assert!(
             (1..=CALLS / 4).contains(&calls),
             "{CALLS} redemptions took {calls} script calls"
@@ -614,7 +679,7 @@ mod redis {
             .await
             .unwrap();
         let _: () = redis.expire(default_key(&partial), 60).await.unwrap();
-        let before = script_calls(&mut redis).await;
+        let before = script_calls(server.port());
 
         // One redemption waits on a paused Redis while the others queue, so
         // that they go out together in the next script call.
@@ -644,7 +709,7 @@ mod redis {
 
         assert_eq!(first.await.unwrap().unwrap(), redeemed(4));
         let answers = together.await.unwrap();
-        assert_eq!(script_calls(&mut redis).await, before + 2);
+        assert_eq!(script_calls(server.port()), before + 2);
         assert!(matches!(answers[1], Err(SessionStoreError::Backend(_))));
         assert!(matches!(answers[2], Err(SessionStoreError::Backend(_))));
         let mut good_answers = vec![
@@ -662,15 +727,7 @@ mod redis {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_caller_that_leaves_loses_no_call() {
-        let mut server = RedisServer::start(free_port());
-        let store = RedisSessionStore::connect(&server.url()).await.unwrap();
-        let mut redis = connection_to(&server.url()).await;
-        let token = open(&store, SCOPE, 10).await;
-        let now = unix_now();
-        // Loads both scripts (a full session takes nothing back).
-        store.give_back(&token).await.unwrap();
-        assert_eq!(store.redeem(&token, SCOPE, now).await.unwrap(), redeemed(9));
-        let before = script_calls(&mut redis).await;
+        let (mut server, store, mut redis, token, now, before) = private_session().await;
 
         // Redis stops answering: the first redemption is sent and waits; the
         // second queues behind it. Both callers give up.
@@ -683,15 +740,72 @@ mod redis {
         server.signal("-CONT");
 
         // The sent one was made, then given back; the queued one never made.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while script_calls(&mut redis).await < before + 2 {
-            assert!(Instant::now() < deadline, "the call was not given back");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(script_calls(&mut redis).await, before + 2);
+        script_calls_come_to(server.port(), before + 2).await;
         assert_eq!(remaining(&mut redis, &token).await, 9);
         assert_eq!(store.redeem(&token, SCOPE, now).await.unwrap(), redeemed(8));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_redemption_past_its_deadline_is_answered_then_undone() {
+        let (mut server, store, mut redis, token, now, before) = private_session().await;
+
+        // Redis stops answering. The first redemption is sent and waits,
+        // with a 1 s deadline; behind it queue one with a 200 ms deadline
+        // (earlier than the first's: the store's one timer is brought
+        // forward) and one with none.
+        server.signal("-STOP");
+        let bounded = |deadline: Duration| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let answer = store
+                    .redeem_within(&token, SCOPE, now, deadline)
+                    .unwrap()
+                    .await;
+                (answer, started.elapsed())
+            })
+        };
+        let sent = bounded(Duration::from_secs(1));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let queued = bounded(Duration::from_millis(200));
+        let unbounded = {
+            let store = store.clone();
+            tokio::spawn(async move { store.redeem(&token, SCOPE, now).await })
+        };
+
+        let (answer, waited) = queued.await.unwrap();
+        assert!(
+            matches!(answer, Err(SessionStoreError::Timeout)),
+            "{answer:?}"
+        );
+        assert!(
+            (Duration::from_millis(200)..Duration::from_millis(900)).contains(&waited),
+            "the 200 ms deadline was kept at {waited:?}"
+        );
+        let (answer, waited) = sent.await.unwrap();
+        assert!(
+            matches!(answer, Err(SessionStoreError::Timeout)),
+            "{answer:?}"
+        );
+        assert!(
+            (Duration::from_secs(1)..Duration::from_millis(1700)).contains(&waited),
+            "the 1 s deadline was kept at {waited:?}"
+        );
+        // A redemption with no deadline waits for as long as Redis takes.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!unbounded.is_finished());
+        server.signal("-CONT");
+
+        // The sent one was made, then given back; the queued one timed out
+        // before it was sent and was never made; the unbounded one was
+        // made in the next call.
+        let left = match unbounded.await.unwrap().unwrap() {
+            Redemption::Redeemed { remaining } => remaining,
+            other => panic!("unexpected {other:?}"),
+        };
+        assert!(left == 7 || left == 8, "{left}");
+        script_calls_come_to(server.port(), before + 3).await;
+        assert_eq!(remaining(&mut redis, &token).await, 8);
     }
 
     #[test]

@@ -1,6 +1,10 @@
 //! Prepaid sessions through the engine: opening, redemption, refunds,
 //! refusals, on both stores, and exactly-once redemption under load across
-//! several engine instances sharing Redis.
+//! several engine instances sharing Redis. Then the session deadline: a
+//! store that leaves it to the engine, and Redis, which keeps it itself
+//! (a `redis-server` of the test's own, paused), each answered 503 at the
+//! deadline with the late redemption given back, and on Redis a client
+//! that hangs up while its redemption waits.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -12,16 +16,23 @@ use std::{
     time::Duration,
 };
 
+use ::redis::AsyncCommands;
 use http::{HeaderMap, StatusCode};
 use serde_json::Value;
 use x402_core::{
     codec,
     route::RequestView,
-    session::{MemorySessionStore, RedisSessionStore, SessionOffer, SessionStore},
+    session::{
+        MemorySessionStore, Redemption, RedisSessionStore, SessionOffer, SessionRecord,
+        SessionStore, SessionStoreError, SessionToken, TokenHash,
+    },
     testing::StandIn,
     Completion, Decision, Engine, Offer, Route,
 };
-use x402_tests::{payment, PAY_TO};
+use x402_tests::{
+    core_support::redis_server::{free_port, script_calls, RedisServer},
+    payment, PAY_TO,
+};
 
 fn engine(
     facilitator: Arc<StandIn>,
@@ -349,4 +360,160 @@ async fn a_100_call_session_redeems_exactly_100_times_across_3_instances() {
     );
     assert_eq!(refused.load(Ordering::SeqCst), 1000 - runs);
     assert_eq!(facilitator.settle_calls(), 1);
+}
+
+/// A store that leaves its deadline to the engine (`redeem_within` is the
+/// trait's default): each redemption is made `delay` after it is asked for.
+#[derive(Clone)]
+struct SlowStore {
+    inner: MemorySessionStore,
+    delay: Duration,
+}
+
+#[async_trait::async_trait]
+impl SessionStore for SlowStore {
+    async fn open(
+        &self,
+        token: &TokenHash,
+        record: SessionRecord,
+    ) -> Result<(), SessionStoreError> {
+        self.inner.open(token, record).await
+    }
+
+    async fn redeem(
+        &self,
+        token: &TokenHash,
+        scope: &str,
+        now: u64,
+    ) -> Result<Redemption, SessionStoreError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.redeem(token, scope, now).await
+    }
+
+    async fn give_back(&self, token: &TokenHash) -> Result<(), SessionStoreError> {
+        self.inner.give_back(token).await
+    }
+}
+
+/// Calls `/session/demo` with `token`, timed.
+async fn timed_call(engine: &Engine, token: &str) -> (StatusCode, HeaderMap, Duration) {
+    let started = std::time::Instant::now();
+    let (status, headers, _) = call(
+        engine,
+        "/session/demo",
+        &[("x-payment-session", token)],
+        StatusCode::OK,
+    )
+    .await;
+    (status, headers, started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_past_the_deadline_is_answered_503_and_its_late_redemption_given_back() {
+    let inner = MemorySessionStore::new();
+    let slow = SlowStore {
+        inner: inner.clone(),
+        delay: Duration::from_millis(600),
+    };
+    let e = builder(Arc::new(StandIn::new()), slow, 10, Duration::from_secs(60))
+        .session_deadline(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let (token, headers) = buy(&e).await;
+    assert_eq!(headers["x-payment-session-remaining"], "9");
+
+    let (status, _, waited) = timed_call(&e, &token).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        (Duration::from_millis(200)..Duration::from_millis(600)).contains(&waited),
+        "answered after {waited:?}"
+    );
+    // The redemption lands 400 ms later, and is given back.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let hash = SessionToken::parse(&token).unwrap().hash();
+    assert_eq!(
+        inner.redeem(&hash, "demo", unix_now()).await.unwrap(),
+        Redemption::Redeemed { remaining: 8 },
+        "the late redemption was not given back"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_keeps_the_deadline_and_undoes_calls_nobody_waits_for() {
+    let mut server = RedisServer::start(free_port());
+    let store = RedisSessionStore::connect(&server.url()).await.unwrap();
+    let mut redis = ::redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let e = builder(Arc::new(StandIn::new()), store, 10, Duration::from_secs(60))
+        .session_deadline(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let (token, _) = buy(&e).await;
+    let key = format!(
+        "x402:session:{}",
+        SessionToken::parse(&token).unwrap().hash().to_hex()
+    );
+    let (status, headers, _) = timed_call(&e, &token).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["x-payment-session-remaining"], "8");
+    // Waits for Redis to have run `scripts` script calls (the redemption
+    // that landed late and its give-back), then reads the calls left.
+    let port = server.port();
+    let landed = |scripts: u64| {
+        let (key, mut redis) = (key.clone(), redis.clone());
+        async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while script_calls(port) < scripts {
+                assert!(std::time::Instant::now() < deadline, "no give-back");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(script_calls(port), scripts);
+            redis.hget::<_, _, u64>(&key, "remaining").await.unwrap()
+        }
+    };
+
+    // Loads the give-back script, so that every later script call is one
+    // EVALSHA.
+    let loader = RedisSessionStore::connect(&server.url()).await.unwrap();
+    loader.give_back(&TokenHash([0; 32])).await.unwrap();
+    let before = script_calls(port);
+
+    // Redis stops answering: the call is refused at the deadline, and what
+    // lands once Redis answers again is given back.
+    server.signal("-STOP");
+    let (status, _, waited) = timed_call(&e, &token).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        (Duration::from_millis(200)..Duration::from_millis(1000)).contains(&waited),
+        "answered after {waited:?}"
+    );
+    server.signal("-CONT");
+    assert_eq!(landed(before + 2).await, 8);
+
+    // The client hangs up while its redemption waits: given back too.
+    server.signal("-STOP");
+    let hung_up = {
+        let (e, token) = (e.clone(), token.clone());
+        tokio::spawn(async move { timed_call(&e, &token).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    hung_up.abort();
+    assert!(hung_up.await.unwrap_err().is_cancelled());
+    server.signal("-CONT");
+    assert_eq!(landed(before + 4).await, 8);
+    let (status, headers, _) = timed_call(&e, &token).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["x-payment-session-remaining"], "7");
+    let _: () = redis.del(&key).await.unwrap();
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }

@@ -67,6 +67,11 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// Sends `signal` (`-STOP`, `-CONT`, ...) to the server.
     pub fn signal(&mut self, signal: &str) {
         self.stopped = signal == "-STOP";
@@ -105,4 +110,30 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// How many script calls (`EVALSHA`) the server on `port` has run since it
+/// started, from its `INFO commandstats` (read over a connection of its own).
+pub fn script_calls(port: u16) -> u64 {
+    let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    conn.write_all(b"INFO commandstats\r\n").unwrap();
+    // A bulk string: `$<length>\r\n<text>\r\n`.
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n") {
+        conn.read_exact(&mut byte).unwrap();
+        head.push(byte[0]);
+    }
+    let length: usize = std::str::from_utf8(&head[1..head.len() - 2])
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|_| panic!("INFO answered {head:?}"));
+    let mut text = vec![0u8; length];
+    conn.read_exact(&mut text).unwrap();
+    String::from_utf8(text)
+        .unwrap()
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
 }

@@ -444,7 +444,7 @@ impl Engine {
         };
         Decision::Paid(Box::new(PaidRequest {
             engine: self.clone(),
-            route: compiled.clone(),
+            route: RouteRef::of(compiled),
             payment: Arc::new(payment),
             finished: false,
             // Vouchers are cumulative: a resent one is refused as replayed,

@@ -416,7 +416,9 @@ impl EngineBuilder {
         };
         let mut routes = Vec::with_capacity(self.routes.len());
         for route in self.routes {
-            routes.push(Arc::new(CompiledRoute::compile(route, &self.price_floors)?));
+            let mut compiled = CompiledRoute::compile(route, &self.price_floors)?;
+            compiled.place = Some(routes.len());
+            routes.push(Arc::new(compiled));
         }
         let mut hooks: Vec<Arc<dyn PaymentHooks>> = Vec::with_capacity(self.hooks.len() + 1);
         if let Some(guard) = self.replay_guard {

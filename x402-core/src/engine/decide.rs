@@ -1,6 +1,7 @@
 //! Deciding a protected request: hooks, sessions, verification, claims.
 
 use super::*;
+use crate::session::{SessionStoreError, TokenHash};
 
 /// What a payment is offered for: the resource and the route's extensions
 /// as enriched for this request. Boxed down the payment steps, whose
@@ -402,7 +403,7 @@ impl Engine {
         let Offered { resource, enriched } = *offered;
         BoxedDecision::Paid(Box::new(PaidRequest {
             engine: self.clone(),
-            route: compiled.clone(),
+            route: RouteRef::of(compiled),
             payment: Arc::new(payment),
             finished: false,
             identifier: identifier.take(),
@@ -430,47 +431,35 @@ impl Engine {
         let Some(hash) = token.to_str().ok().and_then(SessionToken::hash_sent) else {
             return Err(Refusal::Invalid("session_invalid".into()));
         };
-        let (scope_owned, now) = (scope.clone(), unix_now());
-        // A redemption is a write: if this request stops waiting for it (the
-        // deadline passed, or the client hung up), one that lands late is
-        // given back, since its request was refused. The call owns the
-        // engine (its store) and hands it on, to that or to the paid
-        // request: one count written per call, where a clone of the store
-        // and then of the engine wrote three.
-        let give_back = move |(answer, engine): (Result<Redemption, _>, Engine)| async move {
-            if let Ok(Redemption::Redeemed { .. }) = answer {
-                if let Err(e) = engine.inner.sessions.give_back(&hash).await {
-                    tracing::error!(error = %e, "x402: could not give back a late session redemption");
-                }
-            }
-        };
-        let engine = self.clone();
-        let mut call = Late::new(
-            "session redemption",
-            async move {
-                let answer = engine.inner.sessions.redeem(&hash, &scope_owned, now).await;
-                (answer, engine)
-            },
-            give_back,
-        );
-        let answer = call.answer(self.inner.session_deadline).await;
-        drop(call);
-        let Some((answer, engine)) = answer else {
-            tracing::error!("x402: session store missed its deadline");
-            return Err(session_unavailable());
+        let (now, deadline) = (unix_now(), self.inner.session_deadline);
+        let sessions = &self.inner.sessions;
+        let answer = match sessions.redeem_within(&hash, scope, now, deadline) {
+            // The store keeps the deadline, and undoes what lands late.
+            Some(bounded) => Some(bounded.await),
+            None => self.redeem_late(hash, scope, now).await,
         };
         let remaining = match answer {
-            Ok(Redemption::Redeemed { remaining }) => {
+            Some(Ok(Redemption::Redeemed { remaining })) => {
                 self.inner.series.redeemed();
                 remaining
             }
-            Ok(Redemption::Unknown) => return Err(Refusal::Invalid("session_unknown".into())),
-            Ok(Redemption::Expired) => return Err(Refusal::Invalid("session_expired".into())),
-            Ok(Redemption::Exhausted) => return Err(Refusal::Invalid("session_exhausted".into())),
-            Ok(Redemption::OutOfScope) => {
+            Some(Ok(Redemption::Unknown)) => {
+                return Err(Refusal::Invalid("session_unknown".into()))
+            }
+            Some(Ok(Redemption::Expired)) => {
+                return Err(Refusal::Invalid("session_expired".into()))
+            }
+            Some(Ok(Redemption::Exhausted)) => {
+                return Err(Refusal::Invalid("session_exhausted".into()))
+            }
+            Some(Ok(Redemption::OutOfScope)) => {
                 return Err(Refusal::Invalid("session_out_of_scope".into()))
             }
-            Err(e) => {
+            None | Some(Err(SessionStoreError::Timeout)) => {
+                tracing::error!("x402: session store missed its deadline");
+                return Err(session_unavailable());
+            }
+            Some(Err(e)) => {
                 tracing::error!(error = %e, "x402: session store failed");
                 return Err(session_unavailable());
             }
@@ -499,8 +488,8 @@ impl Engine {
             sign_in: None,
         };
         Ok(Box::new(PaidRequest {
-            engine,
-            route: compiled.clone(),
+            engine: self.clone(),
+            route: RouteRef::of(compiled),
             payment: Arc::new(payment),
             finished: false,
             identifier: None,
@@ -509,6 +498,39 @@ impl Engine {
                 remaining,
             },
         }))
+    }
+
+    /// A redemption from a store that does not keep its deadline
+    /// ([`SessionStore::redeem_within`]): `None` if it missed the engine's.
+    ///
+    /// A redemption is a write: if this request stops waiting for it (the
+    /// deadline passed, or the client hung up), one that lands late is
+    /// given back, since its request was refused.
+    async fn redeem_late(
+        &self,
+        hash: TokenHash,
+        scope: &SharedStr,
+        now: u64,
+    ) -> Option<Result<Redemption, SessionStoreError>> {
+        let give_back = move |(answer, engine): (Result<Redemption, _>, Engine)| async move {
+            if let Ok(Redemption::Redeemed { .. }) = answer {
+                if let Err(e) = engine.inner.sessions.give_back(&hash).await {
+                    tracing::error!(error = %e, "x402: could not give back a late session redemption");
+                }
+            }
+        };
+        let (engine, scope) = (self.clone(), scope.clone());
+        let mut call = Late::new(
+            "session redemption",
+            async move {
+                let answer = engine.inner.sessions.redeem(&hash, &scope, now).await;
+                (answer, engine)
+            },
+            give_back,
+        );
+        call.answer(self.inner.session_deadline)
+            .await
+            .map(|(answer, _)| answer)
     }
 
     pub(super) fn parts<'a>(

@@ -18,7 +18,7 @@ use std::{
 use http::StatusCode;
 use tokio::sync::Notify;
 
-use super::{response, CompiledRoute, Decision, Engine, EngineResponse, Refusal};
+use super::{response, table::RouteRef, CompiledRoute, Decision, Engine, EngineResponse, Refusal};
 use crate::limit::Held;
 use crate::route::{RequestView, SettlementTiming};
 
@@ -88,7 +88,7 @@ pub enum Now {
 /// with [`decide`](Self::decide), given the same request.
 pub struct Pending {
     engine: Engine,
-    compiled: Arc<CompiledRoute>,
+    compiled: RouteRef,
     /// The unit of an abuse limit the request holds, given back once it is
     /// decided unless the answer is a 402.
     held: Option<Held>,
@@ -97,7 +97,7 @@ pub struct Pending {
 impl fmt::Debug for Pending {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Pending")
-            .field("route", &self.compiled.route.pattern())
+            .field("route", &self.engine.route(&self.compiled).route.pattern())
             .finish_non_exhaustive()
     }
 }
@@ -120,7 +120,7 @@ impl<'a> Processing<'a> {
             state: State::Pending(
                 Pending {
                     engine: engine.clone(),
-                    compiled: compiled.clone(),
+                    compiled: RouteRef::of(compiled),
                     held,
                 },
                 request,
@@ -169,7 +169,8 @@ impl Pending {
         async move {
             // Boxed response (`BoxedDecision`): this future keeps 16 bytes for
             // the answer while it waits, not 144.
-            let decided = self.engine.process_route(&self.compiled, request).await;
+            let compiled = self.engine.route(&self.compiled);
+            let decided = self.engine.process_route(compiled, request).await;
             let decision = Decision::from(decided);
             if let (Some(held), Some(limits)) = (self.held, &self.engine.inner.limits) {
                 let challenged = match &decision {

@@ -598,4 +598,49 @@ mod tests {
             assert_eq!(payment.requirements.amount, challenge.accepts[0].amount);
         }
     }
+
+    /// What outlives a borrow of the engine holds a table route by its
+    /// place, and finds it again there; a bound route, outside the table,
+    /// by its `Arc`. A paid request at each route names its own route.
+    #[tokio::test]
+    async fn routes_are_found_again_by_their_place() {
+        use crate::testing;
+
+        let offer = || Offer::exact("eip155:84532", "$0.001", testing::PAY_TO);
+        let engine = Engine::builder(testing::StandIn::new())
+            .route(Route::get("/a").offer(offer()))
+            .route(Route::get("/b").offer(offer()))
+            .route(Route::post("/a").offer(offer()))
+            .build()
+            .unwrap();
+        for (place, compiled) in engine.inner.routes.iter().enumerate() {
+            let held = RouteRef::of(compiled);
+            assert!(matches!(held, RouteRef::Table(p) if p == place));
+            assert!(Arc::ptr_eq(engine.route(&held), compiled));
+        }
+        let bound = engine.bind(Route::get("/c").offer(offer())).unwrap();
+        let held = RouteRef::of(&bound.compiled);
+        assert!(matches!(held, RouteRef::Bound(_)));
+        assert!(Arc::ptr_eq(engine.route(&held), &bound.compiled));
+
+        for (method, path) in [(http::Method::GET, "/b"), (http::Method::POST, "/a")] {
+            let request = || http::Request::builder().method(method.clone()).uri(path);
+            let challenge = testing::challenge(&engine, request().body(()).unwrap()).await;
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                crate::codec::PAYMENT_SIGNATURE,
+                HeaderValue::from_str(&testing::payment(&challenge.accepts[0])).unwrap(),
+            );
+            let uri = http::Uri::from_static(path);
+            let Decision::Paid(paid) = engine
+                .process(RequestView::new(&method, &uri, &headers))
+                .await
+            else {
+                panic!("{method} {path}: expected a paid request");
+            };
+            let route = &engine.route(&paid.route).route;
+            assert_eq!((route.method(), route.pattern()), (Some(&method), path));
+            assert_eq!(&*paid.payment().route, path);
+        }
+    }
 }

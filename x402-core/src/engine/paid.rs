@@ -12,7 +12,7 @@ use http_body::Body;
 use tracing::Instrument;
 
 use super::{
-    body::PaidBody, charge::charge, log_hook_error, response, CompiledRoute, Engine,
+    body::PaidBody, charge::charge, log_hook_error, response, table::RouteRef, Engine,
     EngineResponse, Refusal, Resolved, ResolvedSession, VerifiedPayment,
 };
 use crate::unix::now as unix_now;
@@ -52,7 +52,7 @@ use crate::{
 /// releases them instead.
 pub struct PaidRequest {
     pub(super) engine: Engine,
-    pub(super) route: Arc<CompiledRoute>,
+    pub(super) route: RouteRef,
     /// Shared with the settlement task, which outlives this request.
     pub(super) payment: Arc<VerifiedPayment>,
     pub(super) finished: bool,
@@ -400,7 +400,7 @@ impl PaidRequest {
             }
             Kind::Payment(state) => {
                 let ctx = PaymentContext::of_request(
-                    self.route.route.pattern(),
+                    self.engine.route(&self.route).route.pattern(),
                     &state.request,
                     &state.network,
                 );
@@ -426,7 +426,12 @@ impl PaidRequest {
         let Kind::Batch(call) = std::mem::replace(&mut self.kind, Kind::Spent) else {
             return Ok(SettledHeaders::default());
         };
-        let work = super::batch::finish(self.engine.clone(), self.route.clone(), call, charge);
+        let work = super::batch::finish(
+            self.engine.clone(),
+            self.engine.route(&self.route).clone(),
+            call,
+            charge,
+        );
         match self.engine.run_to_completion(Box::pin(work)).await {
             Some(result) => result.map(SettledHeaders::from),
             None => Err(response::refusal_response(
@@ -540,7 +545,7 @@ impl Drop for PaidRequest {
 /// A settlement, owned by the task that runs it.
 struct Settlement {
     engine: Engine,
-    route: Arc<CompiledRoute>,
+    route: RouteRef,
     payment: Arc<VerifiedPayment>,
     state: Box<PaymentState>,
     charge: Option<AtomicAmount>,
@@ -593,10 +598,12 @@ impl Settlement {
 
     fn refusal(&self, refusal: &Refusal) -> EngineResponse {
         let state = &self.state;
-        crate::metrics::refusal(self.route.route.pattern(), refusal);
-        let mut parts = self
-            .engine
-            .parts(&self.route.route, &state.resource, &state.resolved);
+        crate::metrics::refusal(self.engine.route(&self.route).route.pattern(), refusal);
+        let mut parts = self.engine.parts(
+            &self.engine.route(&self.route).route,
+            &state.resource,
+            &state.resolved,
+        );
         if let Some(extensions) = &state.extensions {
             parts.extensions = extensions;
         }
@@ -620,8 +627,11 @@ impl Settlement {
             Box::new(PreparedRequest::new(request))
         });
         let settle_request: &PreparedRequest = charged.as_deref().unwrap_or(&state.request);
-        let ctx =
-            PaymentContext::of_request(self.route.route.pattern(), settle_request, &state.network);
+        let ctx = PaymentContext::of_request(
+            self.engine.route(&self.route).route.pattern(),
+            settle_request,
+            &state.network,
+        );
         let hooks = &self.engine.inner.hooks;
         let failure = |reason: String| SettleResponse {
             payer: self.payment.payer.as_deref().map(str::to_owned),
@@ -704,9 +714,19 @@ impl Settlement {
             tracing::warn!(reason = ?receipt.error_reason, network = %state.network, "x402: settlement refused");
             return Err(self.refusal(&Refusal::SettlementFailed(Box::new(receipt))));
         }
-        if self.route.route.sign_in_with_x.is_some() {
+        if self
+            .engine
+            .route(&self.route)
+            .route
+            .sign_in_with_x
+            .is_some()
+        {
             let payer = receipt.payer.as_deref();
-            Box::pin(self.engine.record_sign_in(&self.route, payer)).await;
+            Box::pin(
+                self.engine
+                    .record_sign_in(self.engine.route(&self.route), payer),
+            )
+            .await;
         }
         let mut headers = SettledHeaders {
             receipt: response::receipt_header(&receipt, self.payment.version),

@@ -181,7 +181,7 @@ impl Engine {
         };
         Ok(Box::new(PaidRequest {
             engine: self.clone(),
-            route: compiled.clone(),
+            route: RouteRef::of(compiled),
             payment: Arc::new(payment),
             finished: false,
             // A sign-in carries no payment, so no payment identifier.

@@ -25,6 +25,40 @@ pub(super) struct CompiledRoute {
     /// Whether the route declares payment-identifier, and if so whether
     /// an id is required: read from its extensions once.
     pub(super) payment_id: Option<bool>,
+    /// Its place in its engine's route table; `None` for a bound route.
+    pub(super) place: Option<usize>,
+}
+
+/// A compiled route, held by what outlives a borrow of its engine and
+/// holds that engine too (a pending decision, a paid request, a
+/// settlement): a route of the engine's table by its place there, a bound
+/// route ([`Engine::bind`]) by its `Arc`. Holding a table route by place
+/// writes no reference count; an `Arc`'s count is shared by every request
+/// on every core.
+#[derive(Clone)]
+pub(super) enum RouteRef {
+    Table(usize),
+    Bound(Arc<CompiledRoute>),
+}
+
+impl RouteRef {
+    /// `compiled`, found in the route table of the engine it will be used with.
+    pub(super) fn of(compiled: &Arc<CompiledRoute>) -> Self {
+        match compiled.place {
+            Some(place) => Self::Table(place),
+            None => Self::Bound(compiled.clone()),
+        }
+    }
+}
+
+impl Engine {
+    /// The route `route` names in this engine.
+    pub(super) fn route<'a>(&'a self, route: &'a RouteRef) -> &'a Arc<CompiledRoute> {
+        match route {
+            RouteRef::Table(place) => &self.inner.routes[*place],
+            RouteRef::Bound(compiled) => compiled,
+        }
+    }
 }
 
 impl CompiledRoute {
@@ -64,6 +98,7 @@ impl CompiledRoute {
             mismatch_logged: std::sync::atomic::AtomicBool::new(false),
             floor_logged: std::sync::atomic::AtomicBool::new(false),
             payment_id,
+            place: None,
         })
     }
 }

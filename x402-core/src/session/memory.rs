@@ -1,10 +1,15 @@
 //! Sessions in this process's memory.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::{
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::Duration,
+};
 
 use async_trait::async_trait;
 
-use super::{Redemption, SessionRecord, SessionStore, SessionStoreError, TokenHash};
+use super::{
+    BoundedRedemption, Redemption, SessionRecord, SessionStore, SessionStoreError, TokenHash,
+};
 use crate::swept::SweptMap;
 use crate::unix::now as unix_now;
 
@@ -100,6 +105,21 @@ impl SessionStore for MemorySessionStore {
         now: u64,
     ) -> Result<Redemption, SessionStoreError> {
         Ok(self.lock().redeem(token, scope, now))
+    }
+
+    /// Redeems at once, when first polled: the answer is taken in the poll
+    /// that makes the redemption, so there is nothing to wait for and nothing
+    /// to give back.
+    fn redeem_within<'a>(
+        &'a self,
+        token: &'a TokenHash,
+        scope: &'a str,
+        now: u64,
+        _deadline: Duration,
+    ) -> Option<BoundedRedemption<'a>> {
+        Some(Box::pin(async move {
+            Ok(self.lock().redeem(token, scope, now))
+        }))
     }
 
     async fn give_back(&self, token: &TokenHash) -> Result<(), SessionStoreError> {

@@ -11,7 +11,7 @@
 //! Tokens are 256 random bits, shown to the buyer once, and stored only as a
 //! SHA-256 hash: a dump of the store holds no usable token.
 
-use std::{error::Error as StdError, fmt};
+use std::{error::Error as StdError, fmt, future::Future, pin::Pin, time::Duration};
 
 use async_trait::async_trait;
 use http::HeaderName;
@@ -159,6 +159,32 @@ pub trait SessionStore: Send + Sync + 'static {
         now: u64,
     ) -> Result<Redemption, SessionStoreError>;
 
+    /// Redeems as [`redeem`](Self::redeem) does, answering within
+    /// `deadline`, for a store that keeps the deadline itself; `None` (the
+    /// default) for one that does not. The engine redeems through this
+    /// method, and bounds a `redeem` itself when it answers `None`: a timer
+    /// per call, and a task for each call it stops waiting for, which waits
+    /// on and gives back what lands late.
+    ///
+    /// A store that answers `Some` takes that on: the future it returns
+    /// answers [`SessionStoreError::Timeout`] once `deadline` has passed
+    /// (counted from this call) with no answer, and a redemption whose
+    /// answer is not taken, because the deadline passed or the future was
+    /// dropped, is either never made or given back once it lands. Both
+    /// built-in stores do: [`MemorySessionStore`] answers at once, and
+    /// `RedisSessionStore` (feature `redis`) keeps the deadlines of the
+    /// redemptions it batches with one timer for all of them.
+    fn redeem_within<'a>(
+        &'a self,
+        token: &'a TokenHash,
+        scope: &'a str,
+        now: u64,
+        deadline: Duration,
+    ) -> Option<BoundedRedemption<'a>> {
+        let _ = (token, scope, now, deadline);
+        None
+    }
+
     /// Gives one call back (its handler failed). Never raises the count above
     /// what was sold; a session that expired meanwhile stays expired.
     async fn give_back(&self, token: &TokenHash) -> Result<(), SessionStoreError>;
@@ -172,6 +198,10 @@ pub trait SessionStore: Send + Sync + 'static {
         Ok(())
     }
 }
+
+/// The answer of [`SessionStore::redeem_within`], on its way.
+pub type BoundedRedemption<'a> =
+    Pin<Box<dyn Future<Output = Result<Redemption, SessionStoreError>> + Send + 'a>>;
 
 /// A session store could not answer.
 #[derive(Debug, thiserror::Error)]

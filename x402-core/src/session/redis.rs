@@ -1,18 +1,23 @@
 //! Sessions in Redis, shared by every instance.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     fmt,
     sync::{Arc, OnceLock},
     time::Duration,
 };
 
-use ::redis::{cluster_routing::Slot, RedisError, Script};
+use ::redis::{cluster_routing::Slot, RedisError, Script, ScriptInvocation};
 use async_trait::async_trait;
 use futures_util::stream::{FuturesUnordered, StreamExt as _};
-use tokio::sync::{mpsc, oneshot};
+use tokio::{
+    sync::{mpsc, oneshot},
+    time::Instant,
+};
 
-use super::{Redemption, SessionRecord, SessionStore, SessionStoreError, TokenHash};
+use super::{
+    BoundedRedemption, Redemption, SessionRecord, SessionStore, SessionStoreError, TokenHash,
+};
 use crate::{
     redis_conn::{RedisConnection, Timeouts},
     unix::now as unix_now,
@@ -111,6 +116,13 @@ fn give_back_script() -> &'static Script {
 /// batching runs in a task spawned on the Tokio runtime of the first
 /// redemption, and ends when the last clone of the store is dropped.
 ///
+/// The engine's session deadline is kept by that task too
+/// ([`SessionStore::redeem_within`]): one timer, armed for the earliest
+/// deadline of the redemptions waiting, rather than one per redemption. A
+/// redemption past its deadline is answered
+/// [`Timeout`](SessionStoreError::Timeout); if it was not sent yet it is not
+/// made, and if it was, what Redis then answers is given back.
+///
 /// On a Redis Cluster ([`connect_cluster`](Self::connect_cluster)) a script
 /// call may only name keys of one hash slot, so redemptions are batched by
 /// slot: each slot has at most one call on its way, and the redemptions of
@@ -141,7 +153,7 @@ pub struct RedisSessionStore {
     connection: RedisConnection,
     prefix: Arc<str>,
     /// The queue of the batching task, started by the first redemption.
-    batcher: Arc<OnceLock<mpsc::UnboundedSender<Job>>>,
+    batcher: Arc<OnceLock<mpsc::UnboundedSender<Message>>>,
 }
 
 impl fmt::Debug for RedisSessionStore {
@@ -204,11 +216,48 @@ impl RedisSessionStore {
         store_key(&self.prefix, token)
     }
 
+    /// Queues a redemption for the batching task, and the receiver of its
+    /// answer; `None` if that task has gone.
+    fn send(
+        &self,
+        token: &TokenHash,
+        scope: &str,
+        now: u64,
+        until: Option<Instant>,
+    ) -> Option<oneshot::Receiver<Result<Redemption, SessionStoreError>>> {
+        let (job, answer) = self.job(token, scope, now, until);
+        self.batcher().send(Message::Redeem(job)).ok()?;
+        Some(answer)
+    }
+
+    fn job(
+        &self,
+        token: &TokenHash,
+        scope: &str,
+        now: u64,
+        until: Option<Instant>,
+    ) -> (
+        Job,
+        oneshot::Receiver<Result<Redemption, SessionStoreError>>,
+    ) {
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            key: self.key(token),
+            scope: scope.to_owned(),
+            now,
+            until,
+            reply: Some(reply),
+        };
+        (job, answer)
+    }
+
     /// The batching task's queue, starting the task on first use.
-    fn batcher(&self) -> &mpsc::UnboundedSender<Job> {
+    fn batcher(&self) -> &mpsc::UnboundedSender<Message> {
         self.batcher.get_or_init(|| {
             let (jobs, queue) = mpsc::unbounded_channel();
-            tokio::spawn(redeem_in_batches(queue, self.connection.clone()));
+            let (arm, deadlines) = mpsc::unbounded_channel();
+            tokio::spawn(keep_deadlines(deadlines, jobs.downgrade()));
+            tokio::spawn(redeem_in_batches(queue, arm, self.connection.clone()));
             jobs
         })
     }
@@ -223,12 +272,45 @@ fn store_key(prefix: &str, token: &TokenHash) -> String {
     key
 }
 
+/// What the batching task is sent.
+enum Message {
+    /// A redemption.
+    Redeem(Job),
+    /// From [`keep_deadlines`]: the earliest deadline it was given has come.
+    Due,
+}
+
 /// One redemption waiting for the batching task.
 struct Job {
     key: String,
     scope: String,
     now: u64,
-    reply: oneshot::Sender<Result<Redemption, SessionStoreError>>,
+    /// When its caller stops waiting (`None`: never; [`SessionStore::redeem`]).
+    until: Option<Instant>,
+    /// Taken when the caller is answered before Redis (its deadline passed).
+    reply: Option<Reply>,
+}
+
+type Reply = oneshot::Sender<Result<Redemption, SessionStoreError>>;
+
+impl Job {
+    /// Whether someone still waits for this job's answer.
+    fn awaited(&self) -> bool {
+        self.reply.as_ref().is_some_and(|reply| !reply.is_closed())
+    }
+
+    /// Answers `Timeout` if the deadline has passed by `now`; else its
+    /// deadline, if it has one and is still awaited.
+    fn expire(&mut self, now: Instant) -> Option<Instant> {
+        let until = self.until.filter(|_| self.reply.is_some())?;
+        if until > now {
+            return Some(until);
+        }
+        if let Some(reply) = self.reply.take() {
+            let _ = reply.send(Err(SessionStoreError::Timeout));
+        }
+        None
+    }
 }
 
 /// Which redemptions may share a script call: all of them on one server
@@ -238,13 +320,26 @@ type Group = Option<Slot>;
 /// The batching task. Each group has at most one script call on its way;
 /// redemptions that arrive meanwhile wait, and go together (up to
 /// [`MAX_BATCH`]) in the group's next call, in arrival order. Calls of
-/// different groups run side by side. The task ends when every sender
-/// (every clone of the store) is gone and every call has been answered.
-async fn redeem_in_batches(mut queue: mpsc::UnboundedReceiver<Job>, connection: RedisConnection) {
+/// different groups run side by side. The deadlines of every redemption,
+/// waiting or sent, are kept with one timer, in [`keep_deadlines`]: armed
+/// (through `arm`) for the earliest, and, when it comes ([`Message::Due`]),
+/// those past theirs are answered and the timer armed for the next. The
+/// task ends when every sender (every clone of the store) is gone and every
+/// call has been answered.
+async fn redeem_in_batches(
+    mut queue: mpsc::UnboundedReceiver<Message>,
+    arm: mpsc::UnboundedSender<Instant>,
+    connection: RedisConnection,
+) {
     let mut received = Vec::with_capacity(MAX_BATCH);
     let mut waiting: HashMap<Group, Vec<Job>> = HashMap::new();
-    let mut busy: HashSet<Group> = HashSet::new();
+    // The jobs of each group's call on its way.
+    let mut sent: HashMap<Group, Vec<Job>> = HashMap::new();
     let mut calls = FuturesUnordered::new();
+    // What the timer is armed for: no later than the earliest deadline of
+    // a job still awaited (a job answered since leaves it early, which
+    // costs one look at the jobs when it comes).
+    let mut armed: Option<Instant> = None;
     let mut open = true;
     loop {
         tokio::select! {
@@ -252,12 +347,32 @@ async fn redeem_in_batches(mut queue: mpsc::UnboundedReceiver<Job>, connection: 
                 if n == 0 {
                     open = false;
                 }
-                for job in received.drain(..) {
+                let mut due = false;
+                for message in received.drain(..) {
+                    let job = match message {
+                        Message::Redeem(job) => job,
+                        Message::Due => {
+                            due = true;
+                            continue;
+                        }
+                    };
+                    if let Some(until) = job.until {
+                        if armed.is_none_or(|armed| until < armed) {
+                            armed = Some(until);
+                            let _ = arm.send(until);
+                        }
+                    }
                     waiting.entry(connection.slot(&job.key)).or_default().push(job);
                 }
+                if due {
+                    armed = expire(&mut waiting, &mut sent, Instant::now());
+                    if let Some(until) = armed {
+                        let _ = arm.send(until);
+                    }
+                }
             }
-            Some((group, batch, replies)) = calls.next() => {
-                busy.remove(&group);
+            Some((group, replies)) = calls.next() => {
+                let batch = sent.remove(&group).unwrap_or_default();
                 answer(&connection, batch, replies);
             }
             else => break,
@@ -265,42 +380,105 @@ async fn redeem_in_batches(mut queue: mpsc::UnboundedReceiver<Job>, connection: 
         // Start a call for every group with redemptions waiting and none on
         // its way.
         waiting.retain(|group, jobs| {
-            if busy.contains(group) {
+            if sent.contains_key(group) {
                 return true;
             }
-            // A caller that has gone loses nothing: its redemption is not made.
-            jobs.retain(|job| !job.reply.is_closed());
+            // A caller that has gone, or was answered at its deadline, loses
+            // nothing: its redemption is not made.
+            jobs.retain(Job::awaited);
             if jobs.is_empty() {
                 return false;
             }
             let rest = jobs.split_off(jobs.len().min(MAX_BATCH));
             let batch = std::mem::replace(jobs, rest);
-            busy.insert(*group);
-            calls.push(call(connection.clone(), *group, batch));
+            calls.push(call(connection.clone(), *group, invocation(&batch)));
+            sent.insert(*group, batch);
             !jobs.is_empty()
         });
     }
 }
 
-/// One script call: `batch`'s redemptions, with its group and the replies.
+/// The batching task's timer, in a task of its own so that the batching
+/// task, woken for every redemption, does not poll it each time: armed for
+/// the latest instant `arm` was sent, it then sends [`Message::Due`] on
+/// `queue`, and waits to be armed again. It ends with the batching task.
+async fn keep_deadlines(
+    mut arm: mpsc::UnboundedReceiver<Instant>,
+    queue: mpsc::WeakUnboundedSender<Message>,
+) {
+    let mut armed = None;
+    loop {
+        let timer = async {
+            match armed {
+                Some(until) => tokio::time::sleep_until(until).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            until = arm.recv() => match until {
+                Some(until) => armed = Some(until),
+                None => return,
+            },
+            () = timer => {
+                armed = None;
+                let Some(queue) = queue.upgrade() else { return };
+                if queue.send(Message::Due).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Answers `Timeout` to every job past its deadline at `now`, and drops
+/// those that wait to be sent; returns the earliest deadline left.
+fn expire(
+    waiting: &mut HashMap<Group, Vec<Job>>,
+    sent: &mut HashMap<Group, Vec<Job>>,
+    now: Instant,
+) -> Option<Instant> {
+    let mut earliest: Option<Instant> = None;
+    let mut keep = |until: Option<Instant>| {
+        if let Some(until) = until {
+            earliest = Some(earliest.map_or(until, |e| e.min(until)));
+        }
+    };
+    for jobs in waiting.values_mut() {
+        jobs.retain_mut(|job| {
+            keep(job.expire(now));
+            job.awaited()
+        });
+    }
+    waiting.retain(|_, jobs| !jobs.is_empty());
+    // A sent job stays: Redis's answer to it is given back.
+    for job in sent.values_mut().flatten() {
+        keep(job.expire(now));
+    }
+    earliest
+}
+
+/// One script call, with its group.
 async fn call(
     mut connection: RedisConnection,
     group: Group,
-    batch: Vec<Job>,
-) -> (Group, Vec<Job>, Vec<Result<Redemption, SessionStoreError>>) {
-    let replies = redeem_all(&mut connection, &batch).await;
-    (group, batch, replies)
+    (invocation, count): (ScriptInvocation<'static>, usize),
+) -> (Group, Vec<Result<Redemption, SessionStoreError>>) {
+    (group, redeem_all(&mut connection, &invocation, count).await)
 }
 
 /// Answers each job of `batch`; a redemption whose caller left while Redis
-/// was answering is given back.
+/// was answering, or was answered at its deadline, is given back.
 fn answer(
     connection: &RedisConnection,
     batch: Vec<Job>,
     replies: Vec<Result<Redemption, SessionStoreError>>,
 ) {
     for (job, reply) in batch.into_iter().zip(replies) {
-        if let Err(Ok(Redemption::Redeemed { .. })) = job.reply.send(reply) {
+        let unclaimed = match job.reply {
+            Some(waiter) => waiter.send(reply).err().and_then(Result::ok),
+            None => reply.ok(),
+        };
+        if let Some(Redemption::Redeemed { .. }) = unclaimed {
             let mut connection = connection.clone();
             tokio::spawn(async move {
                 if let Err(e) = give_back_key(&mut connection, &job.key).await {
@@ -311,32 +489,37 @@ fn answer(
     }
 }
 
-/// Makes `jobs`' redemptions in one script call: one answer per job, in order.
-/// On a cluster, every job's key must be in one hash slot.
-async fn redeem_all(
-    connection: &mut RedisConnection,
-    jobs: &[Job],
-) -> Vec<Result<Redemption, SessionStoreError>> {
+/// The script call that makes `jobs`' redemptions, and how many they are.
+fn invocation(jobs: &[Job]) -> (ScriptInvocation<'static>, usize) {
     let mut invocation = redeem_script().prepare_invoke();
     for job in jobs {
         invocation.key(&job.key).arg(&job.scope).arg(job.now);
     }
+    (invocation, jobs.len())
+}
+
+/// Makes the `count` redemptions of `invocation` in one script call: one
+/// answer per redemption, in order. On a cluster, every key must be in one
+/// hash slot.
+async fn redeem_all(
+    connection: &mut RedisConnection,
+    invocation: &ScriptInvocation<'_>,
+    count: usize,
+) -> Vec<Result<Redemption, SessionStoreError>> {
     match invocation.invoke_async::<Vec<i64>>(connection).await {
-        Ok(replies) if replies.len() == jobs.len() => replies.into_iter().map(redemption).collect(),
-        Ok(replies) => jobs
-            .iter()
+        Ok(replies) if replies.len() == count => replies.into_iter().map(redemption).collect(),
+        Ok(replies) => (0..count)
             .map(|_| {
                 Err(SessionStoreError::Backend(
                     format!(
-                        "the session redeem script answered {} replies for {} redemptions",
+                        "the session redeem script answered {} replies for {count} redemptions",
                         replies.len(),
-                        jobs.len()
                     )
                     .into(),
                 ))
             })
             .collect(),
-        Err(e) => jobs.iter().map(|_| Err(backend(e.clone()))).collect(),
+        Err(e) => (0..count).map(|_| Err(backend(e.clone()))).collect(),
     }
 }
 
@@ -351,6 +534,17 @@ async fn give_back_key(
         .await
         .map_err(backend)?;
     Ok(())
+}
+
+/// What the batching task answered, or why it did not.
+fn answered(
+    answer: Result<Result<Redemption, SessionStoreError>, oneshot::error::RecvError>,
+) -> Result<Redemption, SessionStoreError> {
+    answer.unwrap_or_else(|_| {
+        Err(SessionStoreError::Backend(
+            "the session batching task stopped (its Tokio runtime shut down?)".into(),
+        ))
+    })
 }
 
 fn backend(error: RedisError) -> SessionStoreError {
@@ -431,23 +625,14 @@ impl SessionStore for RedisSessionStore {
         scope: &str,
         now: u64,
     ) -> Result<Redemption, SessionStoreError> {
-        let (reply, answer) = oneshot::channel();
-        let job = Job {
-            key: self.key(token),
-            scope: scope.to_owned(),
-            now,
-            reply,
-        };
-        match self.batcher().send(job) {
-            Ok(()) => answer.await.unwrap_or_else(|_| {
-                Err(SessionStoreError::Backend(
-                    "the session batching task stopped (its Tokio runtime shut down?)".into(),
-                ))
-            }),
+        match self.send(token, scope, now, None) {
+            Some(answer) => answered(answer.await),
             // The task has gone with the runtime that ran it: redeem directly.
-            Err(mpsc::error::SendError(job)) => {
+            None => {
+                let (job, _) = self.job(token, scope, now, None);
                 let mut connection = self.connection.clone();
-                let mut replies = redeem_all(&mut connection, std::slice::from_ref(&job)).await;
+                let (invocation, count) = invocation(std::slice::from_ref(&job));
+                let mut replies = redeem_all(&mut connection, &invocation, count).await;
                 replies.pop().unwrap_or_else(|| {
                     Err(SessionStoreError::Backend(
                         "no reply to a redemption".into(),
@@ -455,6 +640,22 @@ impl SessionStore for RedisSessionStore {
                 })
             }
         }
+    }
+
+    /// The batching task keeps the deadline (see the type's docs); `None`
+    /// when that task has gone with the runtime that ran it, and the engine
+    /// then keeps the deadline of a direct [`redeem`](Self::redeem).
+    fn redeem_within<'a>(
+        &'a self,
+        token: &'a TokenHash,
+        scope: &'a str,
+        now: u64,
+        deadline: Duration,
+    ) -> Option<BoundedRedemption<'a>> {
+        // A deadline too far to count is none.
+        let until = Instant::now().checked_add(deadline);
+        let answer = self.send(token, scope, now, until)?;
+        Some(Box::pin(async move { answered(answer.await) }))
     }
 
     async fn give_back(&self, token: &TokenHash) -> Result<(), SessionStoreError> {
