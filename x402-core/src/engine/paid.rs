@@ -12,8 +12,8 @@ use http_body::Body;
 use tracing::Instrument;
 
 use super::{
-    body::PaidBody, charge::charge, log_hook_error, response, table::RouteRef, Engine,
-    EngineResponse, Refusal, Resolved, ResolvedSession, VerifiedPayment,
+    body::PaidBody, charge::charge, log_hook_error, response, table::RouteRef, CompiledRoute,
+    Engine, EngineResponse, Refusal, Resolved, ResolvedSession, VerifiedPayment,
 };
 use crate::unix::now as unix_now;
 use crate::{
@@ -172,6 +172,10 @@ impl<B> fmt::Debug for Reply<B> {
 }
 
 impl PaidRequest {
+    fn compiled(&self) -> &Arc<CompiledRoute> {
+        self.engine.route(&self.route)
+    }
+
     /// The verified payment (put it in the request's extensions).
     pub fn payment(&self) -> &VerifiedPayment {
         &self.payment
@@ -400,7 +404,7 @@ impl PaidRequest {
             }
             Kind::Payment(state) => {
                 let ctx = PaymentContext::of_request(
-                    self.engine.route(&self.route).route.pattern(),
+                    self.compiled().route.pattern(),
                     &state.request,
                     &state.network,
                 );
@@ -426,12 +430,7 @@ impl PaidRequest {
         let Kind::Batch(call) = std::mem::replace(&mut self.kind, Kind::Spent) else {
             return Ok(SettledHeaders::default());
         };
-        let work = super::batch::finish(
-            self.engine.clone(),
-            self.engine.route(&self.route).clone(),
-            call,
-            charge,
-        );
+        let work = super::batch::finish(self.engine.clone(), self.compiled().clone(), call, charge);
         match self.engine.run_to_completion(Box::pin(work)).await {
             Some(result) => result.map(SettledHeaders::from),
             None => Err(response::refusal_response(
@@ -552,6 +551,10 @@ struct Settlement {
 }
 
 impl Settlement {
+    fn compiled(&self) -> &Arc<CompiledRoute> {
+        self.engine.route(&self.route)
+    }
+
     /// The facilitator's settlement of `request` (retried while pending);
     /// when it gives no outcome, the first settle-failure hook that vouches
     /// for one supplies it.
@@ -598,12 +601,10 @@ impl Settlement {
 
     fn refusal(&self, refusal: &Refusal) -> EngineResponse {
         let state = &self.state;
-        crate::metrics::refusal(self.engine.route(&self.route).route.pattern(), refusal);
-        let mut parts = self.engine.parts(
-            &self.engine.route(&self.route).route,
-            &state.resource,
-            &state.resolved,
-        );
+        crate::metrics::refusal(self.compiled().route.pattern(), refusal);
+        let mut parts = self
+            .engine
+            .parts(&self.compiled().route, &state.resource, &state.resolved);
         if let Some(extensions) = &state.extensions {
             parts.extensions = extensions;
         }
@@ -628,7 +629,7 @@ impl Settlement {
         });
         let settle_request: &PreparedRequest = charged.as_deref().unwrap_or(&state.request);
         let ctx = PaymentContext::of_request(
-            self.engine.route(&self.route).route.pattern(),
+            self.compiled().route.pattern(),
             settle_request,
             &state.network,
         );
@@ -714,19 +715,9 @@ impl Settlement {
             tracing::warn!(reason = ?receipt.error_reason, network = %state.network, "x402: settlement refused");
             return Err(self.refusal(&Refusal::SettlementFailed(Box::new(receipt))));
         }
-        if self
-            .engine
-            .route(&self.route)
-            .route
-            .sign_in_with_x
-            .is_some()
-        {
+        if self.compiled().route.sign_in_with_x.is_some() {
             let payer = receipt.payer.as_deref();
-            Box::pin(
-                self.engine
-                    .record_sign_in(self.engine.route(&self.route), payer),
-            )
-            .await;
+            Box::pin(self.engine.record_sign_in(self.compiled(), payer)).await;
         }
         let mut headers = SettledHeaders {
             receipt: response::receipt_header(&receipt, self.payment.version),
