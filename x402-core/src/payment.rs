@@ -125,6 +125,16 @@ impl SharedStr {
         }
     }
 
+    /// `s` [kept](Self::kept) if it lasts (a static offer's), else
+    /// counted.
+    pub(crate) fn kept_if(lasting: bool, s: &str) -> Self {
+        if lasting {
+            Self::kept(s)
+        } else {
+            Self::from(s)
+        }
+    }
+
     /// Whether the text is kept for the life of the process.
     #[cfg(test)]
     pub(crate) fn is_kept(&self) -> bool {
@@ -229,6 +239,16 @@ impl SharedRequirements {
             Box::leak(Box::new((**requirements).clone()));
         kept.push(leaked);
         Self(Shared::Kept(leaked))
+    }
+
+    /// `requirements` [kept](Self::kept) if it lasts (a static offer's),
+    /// else counted.
+    pub(crate) fn kept_if(lasting: bool, requirements: &Arc<v2::PaymentRequirements>) -> Self {
+        if lasting {
+            Self::kept(requirements)
+        } else {
+            Self::from(requirements.clone())
+        }
     }
 
     /// Whether the requirement is kept for the life of the process.

@@ -120,23 +120,13 @@ pub(crate) struct OfferNames {
 
 impl OfferNames {
     fn of(requirements: &Arc<v2::PaymentRequirements>, keep: bool) -> Self {
-        let name = |s: &str| {
-            if keep {
-                SharedStr::kept(s)
-            } else {
-                SharedStr::from(s)
-            }
-        };
+        let name = |s: &str| SharedStr::kept_if(keep, s);
         Self {
             scheme: name(&requirements.scheme),
             network: name(&requirements.network),
             asset: name(&requirements.asset),
             pay_to: name(&requirements.pay_to),
-            requirements: if keep {
-                SharedRequirements::kept(requirements)
-            } else {
-                SharedRequirements::from(requirements.clone())
-            },
+            requirements: SharedRequirements::kept_if(keep, requirements),
         }
     }
 }

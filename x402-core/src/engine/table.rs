@@ -257,11 +257,7 @@ pub(super) fn resolve_route(
             ttl: s.ttl,
             // Every redemption clones it (twice, with its payment's copy):
             // kept, as a static offer's names are (see `SharedStr`).
-            scope: if lasting {
-                SharedStr::kept(s.scope.as_str())
-            } else {
-                SharedStr::from(s.scope.as_str())
-            },
+            scope: SharedStr::kept_if(lasting, &s.scope),
             accepts: resolve_all(route, &s.offers, supported, lasting)?,
         });
     }

@@ -225,21 +225,6 @@ impl RedisSessionStore {
         now: u64,
         until: Option<Instant>,
     ) -> Option<oneshot::Receiver<Result<Redemption, SessionStoreError>>> {
-        let (job, answer) = self.job(token, scope, now, until);
-        self.batcher().send(Message::Redeem(job)).ok()?;
-        Some(answer)
-    }
-
-    fn job(
-        &self,
-        token: &TokenHash,
-        scope: &str,
-        now: u64,
-        until: Option<Instant>,
-    ) -> (
-        Job,
-        oneshot::Receiver<Result<Redemption, SessionStoreError>>,
-    ) {
         let (reply, answer) = oneshot::channel();
         let job = Job {
             key: self.key(token),
@@ -248,7 +233,8 @@ impl RedisSessionStore {
             until,
             reply: Some(reply),
         };
-        (job, answer)
+        self.batcher().send(Message::Redeem(job)).ok()?;
+        Some(answer)
     }
 
     /// The batching task's queue, starting the task on first use.
@@ -391,7 +377,11 @@ async fn redeem_in_batches(
             }
             let rest = jobs.split_off(jobs.len().min(MAX_BATCH));
             let batch = std::mem::replace(jobs, rest);
-            calls.push(call(connection.clone(), *group, invocation(&batch)));
+            calls.push(call(
+                connection.clone(),
+                *group,
+                invocation(batch.iter().map(|job| (&*job.key, &*job.scope, job.now))),
+            ));
             sent.insert(*group, batch);
             !jobs.is_empty()
         });
@@ -489,13 +479,18 @@ fn answer(
     }
 }
 
-/// The script call that makes `jobs`' redemptions, and how many they are.
-fn invocation(jobs: &[Job]) -> (ScriptInvocation<'static>, usize) {
+/// The script call that makes the redemptions `(key, scope, now)`, and
+/// how many they are.
+fn invocation<'j>(
+    redemptions: impl Iterator<Item = (&'j str, &'j str, u64)>,
+) -> (ScriptInvocation<'static>, usize) {
     let mut invocation = redeem_script().prepare_invoke();
-    for job in jobs {
-        invocation.key(&job.key).arg(&job.scope).arg(job.now);
+    let mut count = 0;
+    for (key, scope, now) in redemptions {
+        invocation.key(key).arg(scope).arg(now);
+        count += 1;
     }
-    (invocation, jobs.len())
+    (invocation, count)
 }
 
 /// Makes the `count` redemptions of `invocation` in one script call: one
@@ -629,9 +624,9 @@ impl SessionStore for RedisSessionStore {
             Some(answer) => answered(answer.await),
             // The task has gone with the runtime that ran it: redeem directly.
             None => {
-                let (job, _) = self.job(token, scope, now, None);
+                let key = self.key(token);
                 let mut connection = self.connection.clone();
-                let (invocation, count) = invocation(std::slice::from_ref(&job));
+                let (invocation, count) = invocation(std::iter::once((&*key, scope, now)));
                 let mut replies = redeem_all(&mut connection, &invocation, count).await;
                 replies.pop().unwrap_or_else(|| {
                     Err(SessionStoreError::Backend(
