@@ -6,7 +6,11 @@
 # the median of the second's over the third's). On a shared machine whose
 # speed drifts from one second to the next, this compares servers more
 # closely than phases of several seconds each; bench/run.sh runs the paths
-# it compares the same way, in a few longer slices a round. Usage:
+# it compares the same way, in a few longer slices a round. For each
+# server it also prints the CPU time per request over all its slices: the
+# server's in user space and in the kernel, the fake facilitator's and the
+# load generator's own (the three share the machine's cores, so a server
+# that costs its peers more shows there). Usage:
 #
 #   bash bench/interleaved.sh NAME=SPEC [NAME=SPEC...]
 #
@@ -54,7 +58,7 @@ case "$LOAD" in
     session) LOAD_ARGS=(--mode session --path /session/demo --sessions "$SESSIONS_PER") ;;
     *) echo "LOAD is paid, batch or session (got $LOAD)" >&2; exit 2 ;;
 esac
-[ "$#" -ge 1 ] || { sed -n '2,34p' "$0" >&2; exit 2; }
+[ "$#" -ge 1 ] || { sed -n '2,42p' "$0" >&2; exit 2; }
 [ -x "$BIN/loadgen" ] && [ -x "$BIN/fake-facilitator" ] || {
     echo "build first: cargo build --release -p x402-loadgen --bins" >&2; exit 1; }
 
@@ -64,10 +68,11 @@ started() { # started LOG PID: the address, or the log and a failure
     listening "$1" "$2" || { cat "$1" >&2; return 1; }
 }
 
-FAC_ENV=()
+FAC_ENV=() FAC_PID=()
 if [ "$LOAD" != session ]; then
     env HOST=127.0.0.1 PORT=0 "$BIN/fake-facilitator" > "$OUT/fac.log" 2>&1 &
     PIDS+=("$!")
+    FAC_PID=(--facilitator-pid "$!")
     FAC_ENV=(FACILITATOR_URL="http://$(started "$OUT/fac.log" "$!")")
 else
     FAC_ENV=(REDIS_URL="$REDIS_URL")
@@ -112,7 +117,7 @@ for turn in $(seq 1 "$SLICES"); do
         # Seed 1 funds the payers on every dev ledger; nonces are random.
         "${LOADGEN[$name]}" --addr "${ADDR[$name]}" --label "$name" \
             --connections "$CONNECTIONS" --payers 64 --seed 1 --server-pid "${PID[$name]}" \
-            "${args[@]}" --duration "$SECONDS_PER" --expect 200 \
+            "${FAC_PID[@]}" "${args[@]}" --duration "$SECONDS_PER" --expect 200 \
             > "$OUT/$name-$turn.json" 2> "$OUT/$name-$turn.err" \
             || { echo "loadgen against $name failed:" >&2; tail -n 3 "$OUT/$name-$turn.err" >&2; exit 1; }
     done
@@ -135,6 +140,17 @@ for name in names:
           f"{statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f})   "
           f"server CPU/req median {statistics.median(cpu) if cpu else float('nan'):.1f} us   "
           f"allocations/req {allocs[0] if allocs else float('nan')}")
+    # CPU per request over all slices (total seconds over total requests):
+    # the server's in user space and in the kernel, the facilitator's, and
+    # the load generator's own.
+    served = sum(field(name, "requests"))
+    def spent(key):
+        values = [(v or 0) * n for v, n in zip(field(name, key), field(name, "requests"))]
+        return sum(values) / served if served and any(values) else float("nan")
+    print(f"{'':<12} CPU/req over all slices: server user {spent('server_user_us_per_req'):.1f} us, "
+          f"kernel {spent('server_system_us_per_req'):.1f} us; facilitator "
+          f"{spent('facilitator_cpu_us_per_req'):.1f} us; load generator "
+          f"{spent('loadgen_cpu_us_per_req'):.1f} us")
 # The second server against the third, turn by turn (the example against
 # the peer, in the usual order).
 if len(names) >= 3:

@@ -43,7 +43,10 @@
 //! (`EngineBuilder::local_precheck(false)`), to measure its cost, and
 //! `BENCH_KNOWN_PAYERS=0` keeps it recovering every payment's signer
 //! (`EngineBuilder::precheck_known_payers(false)`), as for a server whose
-//! every payer is new.
+//! every payer is new. `BENCH_NOOP_METRICS=1` installs the `metrics`
+//! crate's no-op recorder before the example installs its Prometheus one
+//! (which then stays out, and `/metrics` empty), to measure what the
+//! metrics every paid request records cost.
 //!
 //! Every mode also serves `GET /__bench/allocations`: the heap allocations
 //! (and bytes) the process has made so far, counted by a wrapping global
@@ -302,6 +305,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             serve(listener, router).await?;
         }
         "paid-api" => {
+            if std::env::var_os("BENCH_NOOP_METRICS").is_some() {
+                // The first recorder installed stays: the example's is refused.
+                let _ = metrics::set_global_recorder(metrics::NoopRecorder);
+            }
             // paid-api reads PORT/HOST too; the listener is already bound.
             let mut config = paid_api::Config::from_env()?.bound_to(addr);
             // BENCH_LOCAL_PRECHECK=0: the example without the engine's own

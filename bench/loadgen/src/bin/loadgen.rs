@@ -8,11 +8,16 @@
 //!         [--tokens-skip N] [--tokens-take N]] [--expect 200]
 //!         [--valid-for SECS]
 //!         [--label NAME] [--server-pid PID [--sample-every SECS]]
+//!         [--facilitator-pid PID]
 //!
 //! With `--server-pid`, the server's CPU time over the timed phase (from
-//! `/proc/PID/stat`), its peak RSS (`VmHWM`) and, every `--sample-every`
-//! seconds, its RSS (`VmRSS`) are reported too. Against the bench server,
-//! its heap allocations per request over the timed phase too.
+//! `/proc/PID/stat`, in all and split into user space and kernel), its
+//! peak RSS (`VmHWM`) and, every `--sample-every` seconds, its RSS
+//! (`VmRSS`) are reported too. Against the bench server, its heap
+//! allocations per request over the timed phase too. With
+//! `--facilitator-pid`, that process's CPU time per request over the timed
+//! phase; and always this process's own: the three processes share the
+//! machine's cores, so a server that costs its peers more shows there.
 //! ```
 //!
 //! Modes (the untimed set-up happens before the clock starts):
@@ -94,6 +99,7 @@ struct Args {
     tokens_take: usize,
     expect: u16,
     server_pid: Option<u32>,
+    facilitator_pid: Option<u32>,
     sample_every: f64,
     valid_for: u64,
 }
@@ -135,6 +141,7 @@ fn parse_args() -> Result<Args, Error> {
         },
         expect: get("expect", "200").parse()?,
         server_pid: map.get("server-pid").map(|v| v.parse()).transpose()?,
+        facilitator_pid: map.get("facilitator-pid").map(|v| v.parse()).transpose()?,
         sample_every: get("sample-every", "0").parse()?,
         valid_for: get("valid-for", "0").parse()?,
     })
@@ -450,14 +457,39 @@ async fn allocations(args: &Args, host: &HeaderValue) -> Option<Value> {
     serde_json::from_slice(&body).ok()
 }
 
-/// `(utime + stime)` of `pid` in clock ticks.
-fn cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces: fields start after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the whole line, 11 and 12 here.
-    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+/// CPU time of a process in clock ticks: in user space and in the kernel.
+#[derive(Debug, Clone, Copy)]
+struct Ticks {
+    user: u64,
+    system: u64,
+}
+
+impl Ticks {
+    /// `utime` and `stime` of `pid` (`"self"` for this process).
+    fn of(pid: &str) -> Option<Self> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The command name may hold spaces: fields start after the last ')'.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // utime and stime are fields 14 and 15 of the whole line, 11 and 12 here.
+        Some(Self {
+            user: fields.get(11)?.parse().ok()?,
+            system: fields.get(12)?.parse().ok()?,
+        })
+    }
+
+    fn of_pid(pid: u32) -> Option<Self> {
+        Self::of(&pid.to_string())
+    }
+
+    /// What was spent between `before` and `self`, in seconds: user,
+    /// kernel.
+    fn since(self, before: Self, ticks_per_second: f64) -> (f64, f64) {
+        (
+            self.user.saturating_sub(before.user) as f64 / ticks_per_second,
+            self.system.saturating_sub(before.system) as f64 / ticks_per_second,
+        )
+    }
 }
 
 /// A `/proc/PID/status` value in kB (`VmRSS`, `VmHWM`).
@@ -662,7 +694,9 @@ async fn run(args: Args) -> Result<Value, Error> {
     let next = Arc::new(AtomicUsize::new(0));
     let pid = args.server_pid;
     let allocations_before = allocations(&args, &host).await;
-    let cpu_before = pid.and_then(cpu_ticks);
+    let cpu_before = pid.and_then(Ticks::of_pid);
+    let facilitator_before = args.facilitator_pid.and_then(Ticks::of_pid);
+    let own_before = Ticks::of("self");
     let start = Instant::now();
     let samples = Arc::new(std::sync::Mutex::new(Vec::<(f64, u64)>::new()));
     let sample = {
@@ -711,7 +745,9 @@ async fn run(args: Args) -> Result<Value, Error> {
         all.errors += t.errors;
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let cpu_after = pid.and_then(cpu_ticks);
+    let cpu_after = pid.and_then(Ticks::of_pid);
+    let facilitator_after = args.facilitator_pid.and_then(Ticks::of_pid);
+    let own_after = Ticks::of("self");
     let allocations_after = allocations(&args, &host).await;
     if let Some(task) = sampler {
         task.abort();
@@ -719,10 +755,14 @@ async fn run(args: Args) -> Result<Value, Error> {
     }
     let samples: Vec<(f64, u64)> = samples.lock().map(|v| v.clone()).unwrap_or_default();
     let tck = clock_ticks_per_second();
-    let server_cpu_s = match (cpu_before, cpu_after) {
-        (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / tck),
+    let spent = |before: Option<Ticks>, after: Option<Ticks>| match (before, after) {
+        (Some(a), Some(b)) => Some(b.since(a, tck)),
         _ => None,
     };
+    let server = spent(cpu_before, cpu_after);
+    let server_cpu_s = server.map(|(user, system)| user + system);
+    let facilitator_cpu_s = spent(facilitator_before, facilitator_after).map(|(u, s)| u + s);
+    let own_cpu_s = spent(own_before, own_after).map(|(u, s)| u + s);
     let hwm_kb = pid.and_then(|p| status_kb(p, "VmHWM"));
     // Per request served; the two counter reads' own allocations are noise.
     let per_request = |field: &str| match (&allocations_before, &allocations_after) {
@@ -738,6 +778,12 @@ async fn run(args: Args) -> Result<Value, Error> {
     let done = all.latencies_us.len();
     let ok = all.statuses.get(&args.expect).copied().unwrap_or(0);
     let l = &all.latencies_us;
+    // Microseconds of `seconds` per request served.
+    let per_req = |seconds: Option<f64>| {
+        seconds
+            .filter(|_| done > 0)
+            .map(|c| (c * 1e7 / done as f64).round() / 10.0)
+    };
     Ok(json!({
         "label": args.label,
         "mode": args.mode,
@@ -760,6 +806,13 @@ async fn run(args: Args) -> Result<Value, Error> {
         "server_cpu_us_per_req": server_cpu_s
             .filter(|_| done > 0)
             .map(|c| (c * 1e6 / done as f64).round()),
+        // The same, split: in user space and in the kernel.
+        "server_user_us_per_req": per_req(server.map(|(user, _)| user)),
+        "server_system_us_per_req": per_req(server.map(|(_, system)| system)),
+        // The facilitator's (`--facilitator-pid`) and this process's own,
+        // over the timed phase: the other two processes on the same cores.
+        "facilitator_cpu_us_per_req": per_req(facilitator_cpu_s),
+        "loadgen_cpu_us_per_req": per_req(own_cpu_s),
         "server_hwm_kb": hwm_kb,
         "allocations_per_req": allocations_per_req,
         "allocated_bytes_per_req": allocated_bytes_per_req,
