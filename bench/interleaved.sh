@@ -146,11 +146,11 @@ for name in names:
     served = sum(field(name, "requests"))
     def spent(key):
         values = [(v or 0) * n for v, n in zip(field(name, key), field(name, "requests"))]
-        return sum(values) / served if served and any(values) else float("nan")
-    print(f"{'':<12} CPU/req over all slices: server user {spent('server_user_us_per_req'):.1f} us, "
-          f"kernel {spent('server_system_us_per_req'):.1f} us; facilitator "
-          f"{spent('facilitator_cpu_us_per_req'):.1f} us; load generator "
-          f"{spent('loadgen_cpu_us_per_req'):.1f} us")
+        return f"{sum(values) / served:.1f} us" if served and any(values) else "-"
+    print(f"{'':<12} CPU/req over all slices: server user {spent('server_user_us_per_req')}, "
+          f"kernel {spent('server_system_us_per_req')}; facilitator "
+          f"{spent('facilitator_cpu_us_per_req')}; load generator "
+          f"{spent('loadgen_cpu_us_per_req')}")
 # The second server against the third, turn by turn (the example against
 # the peer, in the usual order).
 if len(names) >= 3:
