@@ -8,9 +8,10 @@
 # closely than phases of several seconds each; bench/run.sh runs the paths
 # it compares the same way, in a few longer slices a round. For each
 # server it also prints the CPU time per request over all its slices: the
-# server's in user space and in the kernel, the fake facilitator's and the
-# load generator's own (the three share the machine's cores, so a server
-# that costs its peers more shows there). Usage:
+# server's in user space and in the kernel, the fake facilitator's (with
+# LOAD=session, Redis's, when it runs on this machine) and the load
+# generator's own (they share the machine's cores, so a server that costs
+# its peers more shows there). Usage:
 #
 #   bash bench/interleaved.sh NAME=SPEC [NAME=SPEC...]
 #
@@ -58,7 +59,7 @@ case "$LOAD" in
     session) LOAD_ARGS=(--mode session --path /session/demo --sessions "$SESSIONS_PER") ;;
     *) echo "LOAD is paid, batch or session (got $LOAD)" >&2; exit 2 ;;
 esac
-[ "$#" -ge 1 ] || { sed -n '2,42p' "$0" >&2; exit 2; }
+[ "$#" -ge 1 ] || { sed -n '2,43p' "$0" >&2; exit 2; }
 [ -x "$BIN/loadgen" ] && [ -x "$BIN/fake-facilitator" ] || {
     echo "build first: cargo build --release -p x402-loadgen --bins" >&2; exit 1; }
 
@@ -76,6 +77,12 @@ if [ "$LOAD" != session ]; then
     FAC_ENV=(FACILITATOR_URL="http://$(started "$OUT/fac.log" "$!")")
 else
     FAC_ENV=(REDIS_URL="$REDIS_URL")
+    # Redis's own CPU, read like the facilitator's, when it runs here.
+    redis_pid="$(redis-cli -u "$REDIS_URL" info server 2>/dev/null \
+        | sed -n 's/^process_id:\([0-9]*\).*/\1/p')"
+    if [ -n "$redis_pid" ] && [ -r "/proc/$redis_pid/stat" ]; then
+        FAC_PID=(--facilitator-pid "$redis_pid")
+    fi
 fi
 
 NAMES=()
@@ -123,10 +130,12 @@ for turn in $(seq 1 "$SLICES"); do
     done
 done
 
-python3 - "$OUT" "$SLICES" "${NAMES[@]}" <<'PY'
+peer=facilitator
+[ "$LOAD" = session ] && peer=Redis
+python3 - "$OUT" "$SLICES" "$peer" "${NAMES[@]}" <<'PY'
 import json, statistics, sys
 
-out, slices, names = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+out, slices, peer, names = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 def field(name, key):
     return [json.load(open(f"{out}/{name}-{t}.json")).get(key) for t in range(1, slices + 1)]
 first = field(names[0], "rps")
@@ -148,7 +157,7 @@ for name in names:
         values = [(v or 0) * n for v, n in zip(field(name, key), field(name, "requests"))]
         return f"{sum(values) / served:.1f} us" if served and any(values) else "-"
     print(f"{'':<12} CPU/req over all slices: server user {spent('server_user_us_per_req')}, "
-          f"kernel {spent('server_system_us_per_req')}; facilitator "
+          f"kernel {spent('server_system_us_per_req')}; {peer} "
           f"{spent('facilitator_cpu_us_per_req')}; load generator "
           f"{spent('loadgen_cpu_us_per_req')}")
 # The second server against the third, turn by turn (the example against

@@ -462,7 +462,10 @@ mod redis {
             }
             let mut fields: Vec<_> = fields.into_iter().map(|(f, _)| f).collect();
             fields.sort();
-            assert_eq!(fields, ["expires_at", "remaining", "scope", "sold"]);
+            // `lb`: the last script call that redeemed from it (a random
+            // batch id and a count), for reconciling a call whose answer
+            // was lost.
+            assert_eq!(fields, ["expires_at", "lb", "remaining", "scope", "sold"]);
             // Redis forgets the session shortly after it expires.
             let ttl: i64 = redis.ttl(key).await.unwrap();
             assert!(ttl > 300 - 5 && ttl <= 300 + 120, "ttl {ttl}");
@@ -806,6 +809,34 @@ mod redis {
         assert!(left == 7 || left == 8, "{left}");
         script_calls_come_to(server.port(), before + 3).await;
         assert_eq!(remaining(&mut redis, &token).await, 8);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_redemption_whose_answer_is_lost_is_given_back() {
+        let (mut server, store, mut redis, token, now, before) = private_session().await;
+
+        // Redis stops answering for longer than the store's 2 s response
+        // timeout: the redemption's call is sent, and its answer lost.
+        server.signal("-STOP");
+        let started = Instant::now();
+        let lost = store.redeem(&token, SCOPE, now).await;
+        assert!(matches!(lost, Err(SessionStoreError::Timeout)), "{lost:?}");
+        assert!(started.elapsed() >= Duration::from_secs(2));
+        // The next redemption of the session waits for the lost call's
+        // sessions to be reconciled.
+        let next = {
+            let store = store.clone();
+            tokio::spawn(async move { store.redeem(&token, SCOPE, now).await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!next.is_finished());
+        server.signal("-CONT");
+
+        // The lost call was made when Redis came back, then given back: the
+        // session lost one call, to the redemption that was answered.
+        assert_eq!(next.await.unwrap().unwrap(), redeemed(8));
+        assert_eq!(remaining(&mut redis, &token).await, 8);
+        assert!(script_calls(server.port()) >= before + 3);
     }
 
     #[test]
