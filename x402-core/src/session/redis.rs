@@ -571,6 +571,10 @@ async fn call(
 ) -> (Group, Called) {
     let called = match redeem_all(&mut connection, &invocation, count).await {
         Ok(replies) => Called::Answered(replies),
+        // Whatever the error (even one Redis answered, or an answer that
+        // could not be read), reconciling is safe: it gives back only what
+        // the call took, and holds the slot only while Redis does not
+        // answer.
         Err(error) => Called::Lost(error, id),
     };
     (group, called)
