@@ -79,7 +79,7 @@ else
     FAC_ENV=(REDIS_URL="$REDIS_URL")
     # Redis's own CPU, read like the facilitator's, when it runs here.
     redis_pid="$(redis-cli -u "$REDIS_URL" info server 2>/dev/null \
-        | sed -n 's/^process_id:\([0-9]*\).*/\1/p')"
+        | sed -n 's/^process_id:\([0-9]*\).*/\1/p' || true)"
     if [ -n "$redis_pid" ] && [ -r "/proc/$redis_pid/stat" ]; then
         FAC_PID=(--facilitator-pid "$redis_pid")
     fi
