@@ -76,7 +76,7 @@ pub fn decode_to_json(value: &[u8], max_bytes: usize) -> Result<Vec<u8>, DecodeE
 /// Decodes a header value into any JSON type.
 pub fn decode<T: DeserializeOwned>(value: &[u8], max_bytes: usize) -> Result<T, DecodeError> {
     let json = decode_to_json(value, max_bytes)?;
-    serde_json::from_slice(&json).map_err(|e| DecodeError::Invalid(e.to_string()))
+    crate::proto::from_json_bytes(&json).map_err(|e| DecodeError::Invalid(e.to_string()))
 }
 
 /// Decodes a `PAYMENT-SIGNATURE` or `X-PAYMENT` value into a payment of

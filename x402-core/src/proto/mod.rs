@@ -24,6 +24,20 @@ pub mod v2;
 /// A JSON object, as used for `extra`, `extensions` and scheme payloads.
 pub type JsonObject = Map<String, Value>;
 
+/// [`serde_json::from_slice`], with the document's UTF-8 checked once.
+///
+/// `from_slice` checks each string of the document on its own as it reads
+/// it (a payment has about thirty), where one pass over the whole buffer
+/// is a fraction of that; a document that is valid UTF-8 parses the same
+/// either way. A document that is not is handed to `from_slice`, so that
+/// its error is the one it always was.
+pub(crate) fn from_json_bytes<T: de::DeserializeOwned>(json: &[u8]) -> serde_json::Result<T> {
+    match std::str::from_utf8(json) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(json),
+    }
+}
+
 /// The value of `key` in `object`, found by a scan: the objects of a
 /// payment (`extra`, a payload, an extension's `info`) have a handful of
 /// keys, and a scan hashes none of them, where [`Map::get`] hashes the key
@@ -182,7 +196,7 @@ impl PaymentPayload {
         let version = match leading_version(json) {
             Some(version) => Some(version),
             None => {
-                let peek: Peek = serde_json::from_slice(json).map_err(PayloadParseError::Json)?;
+                let peek: Peek = from_json_bytes(json).map_err(PayloadParseError::Json)?;
                 match peek.version {
                     None => return Err(PayloadParseError::MissingVersion),
                     Some(Value::Number(n)) => n.as_u64(),
@@ -191,10 +205,10 @@ impl PaymentPayload {
             }
         };
         match version.and_then(X402Version::from_number) {
-            Some(X402Version::V1) => serde_json::from_slice(json)
+            Some(X402Version::V1) => from_json_bytes(json)
                 .map(Self::V1)
                 .map_err(PayloadParseError::Json),
-            Some(X402Version::V2) => serde_json::from_slice(json)
+            Some(X402Version::V2) => from_json_bytes(json)
                 .map(Self::V2)
                 .map_err(PayloadParseError::Json),
             None => Err(PayloadParseError::UnsupportedVersion),

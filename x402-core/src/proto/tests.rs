@@ -447,3 +447,46 @@ fn prepared_bodies_are_exact_whatever_came_before() {
     let _ = PreparedRequest::new(large).body().unwrap();
     SCRATCH.with(|scratch| assert!(scratch.borrow().capacity() <= SCRATCH_KEPT));
 }
+
+/// `from_json_bytes` against `serde_json::from_slice`: the same value or
+/// the same error, for a byte string in a string's place and for any bytes.
+fn same_as_from_slice(json: &[u8]) {
+    let ours = from_json_bytes::<Value>(json);
+    let theirs = serde_json::from_slice::<Value>(json);
+    match (ours, theirs) {
+        (Ok(a), Ok(b)) => assert_eq!(a, b),
+        (Err(a), Err(b)) => {
+            assert_eq!(a.to_string(), b.to_string());
+            assert_eq!(a.classify(), b.classify());
+        }
+        (a, b) => panic!("from_json_bytes {a:?}, from_slice {b:?}"),
+    }
+}
+
+proptest! {
+    #[test]
+    fn json_bytes_read_as_from_slice_reads_them(
+        inner in prop::collection::vec(any::<u8>(), 0..48),
+        any_bytes in prop::collection::vec(any::<u8>(), 0..48),
+    ) {
+        let mut json = br#"{"x402Version":2,"payload":{"s":""#.to_vec();
+        json.extend_from_slice(&inner);
+        json.extend_from_slice(br#"","n":[1,"\u00e9"]}}"#);
+        same_as_from_slice(&json);
+        same_as_from_slice(&any_bytes);
+    }
+}
+
+#[test]
+fn a_payment_with_invalid_utf8_in_a_string_is_not_json() {
+    same_as_from_slice(b"{\"a\":\"\xff\"}");
+    same_as_from_slice(b"{\"a\":\"caf\xc3\xa9\"}");
+    let mut json = br#"{"x402Version":2,"accepted":{"scheme":"exact"#.to_vec();
+    json.push(0xc3);
+    json.extend_from_slice(br#""}}"#);
+    let header = codec::encode_json_bytes(&json);
+    assert_eq!(
+        codec::decode_payment(header.as_bytes(), 999),
+        Err(codec::DecodeError::NotJson)
+    );
+}

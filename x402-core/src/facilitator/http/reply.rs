@@ -10,7 +10,9 @@ use serde_json::Value;
 use super::{Endpoint, MAX_BODY_BYTES, MAX_LOG_MESSAGE_CHARS, MAX_REASON_CODE_LEN, SIGNER_KEYS};
 use crate::capped::truncate_chars;
 use crate::facilitator::FacilitatorError;
-use crate::proto::{JsonObject, SettleResponse, SupportedKind, SupportedResponse, VerifyResponse};
+use crate::proto::{
+    from_json_bytes, JsonObject, SettleResponse, SupportedKind, SupportedResponse, VerifyResponse,
+};
 
 /// A facilitator's reply.
 pub(super) struct Reply {
@@ -28,7 +30,7 @@ impl Reply {
         if self.truncated {
             return None;
         }
-        match serde_json::from_slice(&self.body) {
+        match from_json_bytes(&self.body) {
             Ok(Value::Object(object)) => Some(object),
             _ => None,
         }
@@ -39,7 +41,7 @@ impl Reply {
         if self.truncated {
             return None;
         }
-        serde_json::from_slice(&self.body).ok()
+        from_json_bytes(&self.body).ok()
     }
 
     /// A success reply's body as JSON.
@@ -49,7 +51,7 @@ impl Reply {
                 "/{endpoint} reply is larger than {MAX_BODY_BYTES} bytes"
             )));
         }
-        serde_json::from_slice(&self.body).map_err(|e| malformed(endpoint, &e))
+        from_json_bytes(&self.body).map_err(|e| malformed(endpoint, &e))
     }
 
     /// The error for a non-success reply without a usable verdict.
