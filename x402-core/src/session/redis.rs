@@ -594,11 +594,7 @@ async fn reconcile(
     let started = Instant::now();
     let mut pause = Duration::from_millis(50);
     loop {
-        let mut invocation = reconcile_script().prepare_invoke();
-        for key in &keys {
-            invocation.key(key);
-        }
-        invocation.arg(&id).arg(unix_now());
+        let invocation = reconciliation(keys.iter().map(String::as_str), &id);
         match invocation.invoke_async::<u64>(&mut connection).await {
             Ok(given) => {
                 if given > 0 {
@@ -623,6 +619,20 @@ async fn reconcile(
             }
         }
     }
+}
+
+/// The [`RECONCILE_LUA`] call for the sessions `keys` of batch `id`, as
+/// of now.
+fn reconciliation<'k>(
+    keys: impl IntoIterator<Item = &'k str>,
+    id: &str,
+) -> ScriptInvocation<'static> {
+    let mut invocation = reconcile_script().prepare_invoke();
+    for key in keys {
+        invocation.key(key);
+    }
+    invocation.arg(id).arg(unix_now());
+    invocation
 }
 
 /// A fresh batch id: 64 random bits in hex.
@@ -964,13 +974,7 @@ mod lost_calls {
     }
 
     async fn reconcile_now(connection: &RedisConnection, id: &str, keys: &[&str]) -> u64 {
-        let mut invocation = reconcile_script().prepare_invoke();
-        for key in keys {
-            invocation.key(*key);
-        }
-        invocation
-            .arg(id)
-            .arg(unix_now())
+        reconciliation(keys.iter().copied(), id)
             .invoke_async(&mut connection.clone())
             .await
             .unwrap()
