@@ -258,8 +258,7 @@ where
             kept = Some((request, head, before));
             translated
         });
-        // Boxed: its state is large (as in the tower layer).
-        let reply = Box::pin(paid.finish(result)).await?;
+        let reply = paid.finish(result).await?;
         let Some((request, head, before)) = kept else {
             // `finish` answers `Ok` only for a handler that answered.
             return Err(actix_web::error::ErrorInternalServerError(""));

@@ -91,3 +91,14 @@ where
         }
     }
 }
+
+#[cfg(test)]
+impl<F, B, E> ResponseFuture<F, B, E> {
+    /// The size of the boxed future, for one that the engine drives.
+    pub(crate) fn boxed_size(&self) -> Option<usize> {
+        match &self.kind {
+            Kind::Engine { future } => Some(std::mem::size_of_val(&**future)),
+            Kind::Ready { .. } | Kind::Pass { .. } => None,
+        }
+    }
+}

@@ -123,14 +123,11 @@ where
                 return Ok(response.map(PaywallBody::stream));
             };
             // The handler runs with the payment in its extensions; the
-            // engine then settles and finishes the response, boxed apart:
-            // its state is large, and the paths that decide without a
-            // payment should not carry room for it.
+            // engine then settles and finishes the response (its future is
+            // small, the settlement boxed within it).
             request.extensions_mut().insert(paid.payment().clone());
             let response = inner.call(request).await;
-            Box::pin(paid.finish(response))
-                .await
-                .map(Reply::into_response)
+            paid.finish(response).await.map(Reply::into_response)
         })
     }
 }
@@ -154,4 +151,75 @@ fn view<B>(request: &Request<B>, read: ReadDispatch) -> RequestView<'_> {
         .route_template(dispatch.route_template)
         .paid_upstream(request.extensions().get::<VerifiedPayment>())
         .peer(dispatch.peer)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::{
+        convert::Infallible,
+        future::Future,
+        pin::Pin,
+        sync::Arc,
+        task::{Context, Poll},
+    };
+
+    use tower::{service_fn, ServiceExt};
+    use x402_core::{
+        testing::{self, StandIn},
+        Engine, Offer, Route,
+    };
+
+    use super::*;
+
+    /// An inner service's future as large as axum's `RouteFuture` (320
+    /// bytes), which the layer's boxed future holds while the handler runs.
+    struct AsLargeAsAxums {
+        response: Option<Response<String>>,
+        _room: [u64; 26],
+    }
+
+    impl Future for AsLargeAsAxums {
+        type Output = Result<Response<String>, Infallible>;
+
+        fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
+            Poll::Ready(Ok(self.response.take().unwrap()))
+        }
+    }
+
+    /// The future the layer boxes for a request the engine waits on stays
+    /// within 1 032 bytes, the largest block glibc's allocator serves from
+    /// a thread's own cache (x402-core's `BoxedDecision` says why that
+    /// matters), with the engine's finishing step awaited inside it.
+    #[tokio::test]
+    async fn the_boxed_future_fits_the_allocators_thread_cache() {
+        let stub = Arc::new(StandIn::new());
+        let offer = Offer::exact("eip155:84532", "$0.001", testing::PAY_TO);
+        let engine = Engine::builder_arc(stub.clone())
+            .route(Route::get("/paid").offer(offer))
+            .build()
+            .unwrap();
+        let inner = service_fn(|_: Request<String>| AsLargeAsAxums {
+            response: Some(Response::new("the goods".to_owned())),
+            _room: [0; 26],
+        });
+        assert_eq!(
+            std::mem::size_of::<AsLargeAsAxums>(),
+            std::mem::size_of::<Option<Response<String>>>() + 208
+        );
+        let mut paywall = Paywall::new(inner, engine.clone());
+        let unpaid = Request::get("/paid").body(String::new()).unwrap();
+        let challenge = testing::challenge(&engine, unpaid).await;
+        let paid = Request::get("/paid")
+            .header("payment-signature", testing::pay(&challenge))
+            .body(String::new())
+            .unwrap();
+        let future = paywall.ready().await.unwrap().call(paid);
+        let size = future.boxed_size().unwrap();
+        assert!(size <= 1032, "{size} bytes");
+        let response = future.await.unwrap();
+        assert_eq!(response.status(), 200);
+        stub.assert_calls(1, 1);
+    }
 }

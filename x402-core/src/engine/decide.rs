@@ -1,5 +1,7 @@
 //! Deciding a protected request: hooks, sessions, verification, claims.
 
+use std::future::Future;
+
 use super::*;
 use crate::session::{SessionStoreError, TokenHash};
 
@@ -45,8 +47,9 @@ impl Engine {
         }
 
         // The engine's future is allocated for every protected request: the
-        // rarer, larger steps (first resolution, dynamic pricing, session
-        // redemption, verification) are boxed so that it stays small.
+        // rarer, larger steps (first resolution, dynamic pricing, sign-in,
+        // verification) are boxed so that it stays small. A session
+        // redemption, about 100 bytes, is awaited in place.
         // A static price's offers are borrowed from the route, not
         // counted: every request on every core would write the count.
         let ready = match &route.pricing {
@@ -95,7 +98,7 @@ impl Engine {
         // A prepaid session call needs no payment.
         let mut session_refusal = None;
         if let (Some(scope), Some(token)) = (resolved.scope(), sent.session) {
-            match Box::pin(self.redeem(compiled, resolved, scope, token)).await {
+            match self.redeem(compiled, resolved, scope, token).await {
                 Ok(paid) => return Decision::Paid(paid).into(),
                 Err(Refusal::Unavailable {
                     reason,
@@ -421,23 +424,48 @@ impl Engine {
         }))
     }
 
-    pub(super) async fn redeem(
+    /// Redeems a session call: the token hashed, one call taken from the
+    /// store within the engine's deadline.
+    ///
+    /// Awaited inline by `process_route` (a box per session call saved):
+    /// not an `async fn`, which would keep its arguments twice, and a store
+    /// that does not keep the deadline itself is waited on boxed apart.
+    #[allow(clippy::manual_async_fn)] // see above
+    pub(super) fn redeem<'a>(
+        &'a self,
+        compiled: &'a Arc<CompiledRoute>,
+        resolved: &'a Arc<Resolved>,
+        scope: &'a SharedStr,
+        token: &'a HeaderValue,
+    ) -> impl Future<Output = Result<Box<PaidRequest>, Refusal>> + Send + 'a {
+        async move {
+            let Some(hash) = token.to_str().ok().and_then(SessionToken::hash_sent) else {
+                return Err(Refusal::Invalid("session_invalid".into()));
+            };
+            let now = unix_now();
+            let answer = match self.inner.sessions.redeem_within(
+                &hash,
+                scope,
+                now,
+                self.inner.session_deadline,
+            ) {
+                // The store keeps the deadline, and undoes what lands late.
+                Some(bounded) => Some(bounded.await),
+                None => Box::pin(self.redeem_late(hash, scope, now)).await,
+            };
+            self.redeemed(compiled, resolved, scope, hash, answer)
+        }
+    }
+
+    /// A session call, from the store's answer.
+    fn redeemed(
         &self,
         compiled: &Arc<CompiledRoute>,
-        resolved: &Arc<Resolved>,
+        resolved: &Resolved,
         scope: &SharedStr,
-        token: &HeaderValue,
+        hash: TokenHash,
+        answer: Option<Result<Redemption, SessionStoreError>>,
     ) -> Result<Box<PaidRequest>, Refusal> {
-        let Some(hash) = token.to_str().ok().and_then(SessionToken::hash_sent) else {
-            return Err(Refusal::Invalid("session_invalid".into()));
-        };
-        let (now, deadline) = (unix_now(), self.inner.session_deadline);
-        let sessions = &self.inner.sessions;
-        let answer = match sessions.redeem_within(&hash, scope, now, deadline) {
-            // The store keeps the deadline, and undoes what lands late.
-            Some(bounded) => Some(bounded.await),
-            None => self.redeem_late(hash, scope, now).await,
-        };
         let remaining = match answer {
             Some(Ok(Redemption::Redeemed { remaining })) => {
                 self.inner.series.redeemed();

@@ -3,6 +3,7 @@
 
 use std::{
     fmt,
+    future::Future,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -26,8 +27,8 @@ use crate::{
     proto::{v2, JsonObject, PreparedRequest, SettleResponse},
     route::SettlementTiming,
     session::{
-        SessionRecord, SessionToken, TokenHash, X_PAYMENT_SESSION, X_PAYMENT_SESSION_ERROR,
-        X_PAYMENT_SESSION_REMAINING,
+        remaining_header, SessionRecord, SessionToken, TokenHash, X_PAYMENT_SESSION,
+        X_PAYMENT_SESSION_ERROR, X_PAYMENT_SESSION_REMAINING,
     },
 };
 
@@ -200,59 +201,69 @@ impl PaidRequest {
     /// is held, so that a refused settlement does not leak it and a body
     /// that fails midway is not charged (the client then gets a 500). Bodies
     /// of routes that settled before their handler stream untouched.
-    pub async fn finish<B, E>(
-        mut self: Box<Self>,
+    ///
+    /// Its future is small enough (under 600 bytes for an axum body) to be
+    /// awaited inline by an adapter's own boxed future, rather than boxed
+    /// again: the settlement it may start is boxed inside.
+    //
+    // Not an `async fn`: one keeps its arguments twice while it waits (as
+    // arguments, and moved into the body), and the response is 128 bytes.
+    #[allow(clippy::manual_async_fn)] // see above
+    pub fn finish<B, E>(
+        self: Box<Self>,
         response: Result<Response<B>, E>,
-    ) -> Result<Reply<B>, E>
+    ) -> impl Future<Output = Result<Reply<B>, E>>
     where
         B: Body,
         B::Error: fmt::Display,
     {
-        let response = match response {
-            Ok(response) => response,
-            Err(error) => {
-                self.cancel(CancelReason::HandlerAborted).await;
-                return Err(error);
+        async move {
+            let mut this = self;
+            let (mut parts, body) = match response {
+                Ok(response) => response.into_parts(),
+                Err(error) => {
+                    this.cancel(CancelReason::HandlerAborted).await;
+                    return Err(error);
+                }
+            };
+            let failed = parts.status.is_client_error() || parts.status.is_server_error();
+            let holds = !failed
+                && matches!(
+                    this.kind,
+                    Kind::Payment(_) | Kind::Session { .. } | Kind::Batch(_)
+                );
+            if !holds {
+                return Ok(
+                    match this.complete(parts.status, &mut parts.headers).await {
+                        Completion::Deliver => {
+                            Reply::Handler(Response::from_parts(parts, PaidBody::stream(body)))
+                        }
+                        Completion::Replace(response) => Reply::Engine(response),
+                    },
+                );
             }
-        };
-        let (mut parts, body) = response.into_parts();
-        let failed = parts.status.is_client_error() || parts.status.is_server_error();
-        let holds = !failed
-            && matches!(
-                self.kind,
-                Kind::Payment(_) | Kind::Session { .. } | Kind::Batch(_)
-            );
-        if !holds {
-            return Ok(
-                match self.complete(parts.status, &mut parts.headers).await {
+            let data = match super::body::read_whole(body).await {
+                Ok(data) => data,
+                Err(e) => {
+                    tracing::error!(error = %e, route = %this.payment.route, "x402: paid handler's body failed; not settling");
+                    this.cancel(CancelReason::HandlerAborted).await;
+                    return Ok(Reply::Engine(response::handler_failed_response()));
+                }
+            };
+            if let Some(held) = &mut this.identifier {
+                held.set_body(&data);
+            }
+            Ok(
+                match this.complete(parts.status, &mut parts.headers).await {
                     Completion::Deliver => {
-                        Reply::Handler(Response::from_parts(parts, PaidBody::stream(body)))
+                        // The body's length is known now.
+                        parts.headers.remove(http::header::TRANSFER_ENCODING);
+                        Reply::Handler(Response::from_parts(parts, PaidBody::full(data)))
                     }
                     Completion::Replace(response) => Reply::Engine(response),
                 },
-            );
+            )
         }
-        let data = match super::body::read_whole(body).await {
-            Ok(data) => data,
-            Err(e) => {
-                tracing::error!(error = %e, route = %self.payment.route, "x402: paid handler's body failed; not settling");
-                self.cancel(CancelReason::HandlerAborted).await;
-                return Ok(Reply::Engine(response::handler_failed_response()));
-            }
-        };
-        if let Some(held) = &mut self.identifier {
-            held.set_body(&data);
-        }
-        Ok(
-            match self.complete(parts.status, &mut parts.headers).await {
-                Completion::Deliver => {
-                    // The body's length is known now.
-                    parts.headers.remove(http::header::TRANSFER_ENCODING);
-                    Reply::Handler(Response::from_parts(parts, PaidBody::full(data)))
-                }
-                Completion::Replace(response) => Reply::Engine(response),
-            },
-        )
     }
 
     /// Finishes a payment after its handler answered with `status`; `headers`
@@ -323,7 +334,7 @@ impl PaidRequest {
             Kind::Session { remaining, .. } => {
                 self.finished = true;
                 response::expose(headers);
-                headers.insert(X_PAYMENT_SESSION_REMAINING, HeaderValue::from(*remaining));
+                headers.insert(X_PAYMENT_SESSION_REMAINING, remaining_header(*remaining));
                 return Completion::Deliver;
             }
             Kind::Payment(state) => state,
@@ -783,12 +794,9 @@ impl Settlement {
             return;
         }
         crate::metrics::session_opened();
-        if let (Ok(t), Ok(r)) = (
-            HeaderValue::try_from(token.expose()),
-            HeaderValue::try_from(remaining.to_string()),
-        ) {
+        if let Ok(t) = HeaderValue::try_from(token.expose()) {
             headers.insert(X_PAYMENT_SESSION, t);
-            headers.insert(X_PAYMENT_SESSION_REMAINING, r);
+            headers.insert(X_PAYMENT_SESSION_REMAINING, remaining_header(remaining));
         }
         let info = SessionOpened {
             offer_id: offer.id.clone(),

@@ -14,7 +14,7 @@
 use std::{error::Error as StdError, fmt, future::Future, pin::Pin, time::Duration};
 
 use async_trait::async_trait;
-use http::HeaderName;
+use http::{HeaderName, HeaderValue};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
@@ -39,6 +39,49 @@ pub const X_PAYMENT_SESSION_REMAINING: HeaderName =
 /// buyer holds no token. The seller is told (a `session.open_failed`
 /// webhook event) and must make it good.
 pub const X_PAYMENT_SESSION_ERROR: HeaderName = HeaderName::from_static("x-payment-session-error");
+
+/// The decimal text of every count from 0 to 999, one after another
+/// (`"0123…998999"`), for [`remaining_header`].
+static SMALL_COUNTS: [u8; 2890] = small_counts();
+
+const fn small_counts() -> [u8; 2890] {
+    let mut out = [0u8; 2890];
+    let (mut n, mut at) = (0usize, 0usize);
+    while n < 1000 {
+        if n >= 100 {
+            out[at] = b'0' + (n / 100) as u8;
+            at += 1;
+        }
+        if n >= 10 {
+            out[at] = b'0' + (n / 10 % 10) as u8;
+            at += 1;
+        }
+        out[at] = b'0' + (n % 10) as u8;
+        at += 1;
+        n += 1;
+    }
+    out
+}
+
+/// The value of `X-PAYMENT-SESSION-REMAINING` for `calls` left: under
+/// 1 000 (a session's usual count) borrowed from a static table rather
+/// than allocated, as it is written on every session call.
+pub(crate) fn remaining_header(calls: u64) -> HeaderValue {
+    let (start, len) = match calls {
+        0..=9 => (calls, 1),
+        10..=99 => (10 + 2 * (calls - 10), 2),
+        100..=999 => (190 + 3 * (calls - 100), 3),
+        _ => return HeaderValue::from(calls),
+    };
+    // Within the table (2 890 = 190 + 3 × 900 bytes), and digits.
+    match SMALL_COUNTS
+        .get(start as usize..(start + len) as usize)
+        .and_then(|digits| std::str::from_utf8(digits).ok())
+    {
+        Some(text) => HeaderValue::from_static(text),
+        None => HeaderValue::from(calls),
+    }
+}
 
 /// A session token: 256 random bits, written as 64 lowercase hex digits.
 /// Its `Debug` output never shows it.
@@ -218,6 +261,17 @@ pub enum SessionStoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remaining_counts_are_written_as_http_writes_them() {
+        for calls in (0..=1500).chain([9_999, u64::MAX]) {
+            assert_eq!(
+                remaining_header(calls),
+                HeaderValue::from(calls),
+                "{calls} calls"
+            );
+        }
+    }
 
     #[test]
     fn tokens_are_random_hex_and_hidden() {
