@@ -173,8 +173,9 @@ mod tests {
 
     use super::*;
 
-    /// An inner service's future as large as axum's `RouteFuture` (320
-    /// bytes), which the layer's boxed future holds while the handler runs.
+    /// An inner service's future at least as large as axum's `RouteFuture`
+    /// (320 bytes in axum 0.8), which the layer's boxed future holds while
+    /// the handler runs.
     struct AsLargeAsAxums {
         response: Option<Response<String>>,
         _room: [u64; 26],
@@ -204,10 +205,7 @@ mod tests {
             response: Some(Response::new("the goods".to_owned())),
             _room: [0; 26],
         });
-        assert_eq!(
-            std::mem::size_of::<AsLargeAsAxums>(),
-            std::mem::size_of::<Option<Response<String>>>() + 208
-        );
+        assert!(std::mem::size_of::<AsLargeAsAxums>() >= 320);
         let mut paywall = Paywall::new(inner, engine.clone());
         let unpaid = Request::get("/paid").body(String::new()).unwrap();
         let challenge = testing::challenge(&engine, unpaid).await;
