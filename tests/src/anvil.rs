@@ -9,7 +9,7 @@
 use std::{
     io::{BufRead, BufReader},
     net::TcpListener,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::mpsc,
     time::Duration,
@@ -87,17 +87,30 @@ impl Drop for Anvil {
 
 impl Anvil {
     /// Starts anvil with chain id 84532 on a free port and waits until it
-    /// listens. Fails (panics, in one line) if `tests/js/node_modules` is
-    /// missing: [`require::anvil`].
+    /// listens. A port found free can be taken by another test before anvil
+    /// binds it; anvil then exits, and this tries a fresh port (up to five).
+    /// Fails (panics, in one line) if `tests/js/node_modules` is missing:
+    /// [`require::anvil`].
     #[track_caller]
     pub fn start() -> Self {
         let binary = require::anvil();
+        for _ in 0..5 {
+            if let Some(anvil) = Self::try_start(&binary) {
+                return anvil;
+            }
+        }
+        panic!("anvil exited on five free ports in a row");
+    }
+
+    /// `None` when anvil exited before listening: the port was taken.
+    #[track_caller]
+    fn try_start(binary: &Path) -> Option<Self> {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let mut child = Command::new(&binary)
+        let mut child = Command::new(binary)
             .args([
                 "--chain-id",
                 "84532",
@@ -129,10 +142,14 @@ impl Anvil {
                 }
             }
         });
-        ready_rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("anvil did not print \"Listening on\" within 30 s");
-        anvil
+        match ready_rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(()) => Some(anvil),
+            // Its output ended without "Listening on": anvil exited.
+            Err(mpsc::RecvTimeoutError::Disconnected) => None,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                panic!("anvil did not print \"Listening on\" within 30 s")
+            }
+        }
     }
 
     /// A provider signing with `key` (recommended fillers).

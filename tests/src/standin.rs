@@ -21,7 +21,10 @@ use axum::{
 };
 use hyper_util::{rt::TokioIo, service::TowerToHyperService};
 use serde_json::{json, Value};
-use tokio::{net::TcpListener, sync::Notify};
+use tokio::{
+    net::{TcpListener, TcpSocket},
+    sync::Notify,
+};
 use x402_core::facilitator::HttpFacilitator;
 
 use crate::{EventLog, PAYER, TX_HASH};
@@ -234,12 +237,56 @@ pub fn facilitator_at(url: &str) -> HttpFacilitator {
         .unwrap()
 }
 
-/// A URL where nothing listens (a port bound, then released).
-pub async fn closed_port_url() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
-    format!("http://{addr}")
+/// A loopback port where nothing listens, kept so while this value lives.
+///
+/// The port is held by a socket that is bound and never listens: a
+/// connection to it is refused, and no other listener can take the port
+/// meanwhile (the socket does not set `SO_REUSEADDR`, so a listener's own
+/// `SO_REUSEADDR` does not get past it). A port bound and then released
+/// would not do: tests run in parallel, and the kernel may hand the freed
+/// port to another test's server, which would then answer.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let closed = x402_tests::standin::ClosedPort::new();
+/// // Refused, and no listener can take the port while `closed` lives.
+/// assert!(tokio::net::TcpStream::connect(closed.addr()).await.is_err());
+/// assert!(tokio::net::TcpListener::bind(closed.addr()).await.is_err());
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct ClosedPort {
+    _socket: TcpSocket,
+    addr: SocketAddr,
+}
+
+impl ClosedPort {
+    /// Takes a free loopback port and keeps it closed.
+    pub fn new() -> Self {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+        let addr = socket.local_addr().unwrap();
+        Self {
+            _socket: socket,
+            addr,
+        }
+    }
+
+    /// The port's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://` and the port's address.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Default for ClosedPort {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 fn boom() -> Response {

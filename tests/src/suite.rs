@@ -8,7 +8,7 @@ use crate::{
     client::standard_builder,
     handler::{HandlerMode, HANDLER_ERROR_BODY, STREAM_CHUNKS},
     payment,
-    standin::{closed_port_url, facilitator_at, SettleMode, VerifyMode},
+    standin::{facilitator_at, ClosedPort, SettleMode, VerifyMode},
     Adapter, Fixture, Reply, DESCRIPTION, PAYER, PAY_TO, TX_HASH, USDC_BASE_SEPOLIA,
 };
 
@@ -307,8 +307,8 @@ pub async fn s06_facilitator_unavailable_at_verify<A: Adapter>() {
     f.handler.assert_calls(0);
 
     // Nothing listening at all.
-    let closed = closed_port_url().await;
-    let g = Fixture::with_engine::<A>(|_| standard_builder(facilitator_at(&closed))).await;
+    let closed = ClosedPort::new();
+    let g = Fixture::with_engine::<A>(|_| standard_builder(facilitator_at(&closed.url()))).await;
     let reply = g.pay_v2("/paid").await;
     assert_opaque(&reply, 502, "facilitator_unavailable");
     g.handler.assert_calls(0);

@@ -732,10 +732,7 @@ async fn guard_refuses_authorizations_valid_for_more_than_366_days() {
 
 mod redis {
     use x402_core::claim::RedisClaimStore;
-    use x402_tests::{
-        core_support::redis_server::{free_port, RedisServer},
-        require,
-    };
+    use x402_tests::{core_support::redis_server::RedisServer, require};
 
     use super::*;
 
@@ -784,8 +781,8 @@ mod redis {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn redis_down_is_refused_fast_and_the_store_recovers() {
-        let port = free_port();
-        let server = RedisServer::start(port);
+        let server = RedisServer::start_free();
+        let port = server.port();
         let store = RedisClaimStore::connect(&server.url()).await.unwrap();
         let guard = ReplayGuard::new(store);
         let payment = Payment::eip3009();
@@ -835,7 +832,7 @@ mod redis {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn paused_redis_is_refused_fast_and_the_late_claim_released() {
-        let mut server = RedisServer::start(free_port());
+        let mut server = RedisServer::start_free();
         let redis = RedisClaimStore::connect(&server.url()).await.unwrap();
         let store = CountingStore::new(redis, Duration::ZERO);
         let guard = ReplayGuard::new(store.clone());

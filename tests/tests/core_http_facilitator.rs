@@ -29,6 +29,7 @@ use x402_core::{
     money::AtomicAmount,
     proto::{FacilitatorRequest, SettleResponse, SupportedResponse, VerifyResponse, X402Version},
 };
+use x402_tests::standin::ClosedPort;
 
 // ---------------------------------------------------------------------------
 // The stand-in facilitator server.
@@ -409,11 +410,8 @@ async fn verify_slow_facilitator_times_out() {
 
 #[tokio::test]
 async fn verify_connection_refused_is_transport_error() {
-    let closed = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap()
-    };
-    let facilitator = HttpFacilitator::builder(format!("http://{closed}"))
+    let closed = ClosedPort::new();
+    let facilitator = HttpFacilitator::builder(closed.url())
         .timeout(Duration::from_secs(5))
         .build()
         .unwrap();

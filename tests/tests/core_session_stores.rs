@@ -392,7 +392,7 @@ mod redis {
     use ::redis::AsyncCommands;
     use x402_core::session::{RedisSessionStore, SessionStoreError};
     use x402_tests::{
-        core_support::redis_server::{free_port, script_calls, RedisServer},
+        core_support::redis_server::{script_calls, RedisServer},
         require,
     };
 
@@ -526,7 +526,7 @@ mod redis {
         u64,
         u64,
     ) {
-        let server = RedisServer::start(free_port());
+        let server = RedisServer::start_free();
         let store = RedisSessionStore::connect(&server.url()).await.unwrap();
         let redis = connection_to(&server.url()).await;
         let token = open(&store, SCOPE, 10).await;
@@ -586,7 +586,7 @@ mod redis {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn concurrent_redemptions_share_script_calls() {
         // A server of its own: its statistics count only this test's calls.
-        let server = RedisServer::start(free_port());
+        let server = RedisServer::start_free();
         let store = RedisSessionStore::connect(&server.url()).await.unwrap();
         const CALLS: u64 = 400;
         let token = open(&store, SCOPE, CALLS).await;
@@ -666,7 +666,7 @@ mod redis {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_malformed_record_fails_alone() {
-        let mut server = RedisServer::start(free_port());
+        let mut server = RedisServer::start_free();
         let store = RedisSessionStore::connect(&server.url()).await.unwrap();
         let mut redis = connection_to(&server.url()).await;
         let good = open(&store, SCOPE, 6).await;

@@ -32,7 +32,7 @@ use x402_core::{
 use x402_tests::{
     client::{send, standard_builder},
     payment,
-    standin::{closed_port_url, facilitator_at, SettleMode, VerifyMode},
+    standin::{facilitator_at, ClosedPort, SettleMode, VerifyMode},
     AxumAdapter, EventLog, Fixture, Reply, StandIn, TX_HASH,
 };
 
@@ -141,8 +141,9 @@ async fn payments_go_through_the_second_member_when_the_primary_is_down() {
     for down in ["stopped", "500", "timeout", "hangup"] {
         let primary = StandIn::start(EventLog::default()).await;
         let secondary = StandIn::start(EventLog::default()).await;
+        let closed = ClosedPort::new();
         let primary_facilitator = match down {
-            "stopped" => facilitator_at(&closed_port_url().await),
+            "stopped" => facilitator_at(&closed.url()),
             "500" => {
                 primary.set_verify(VerifyMode::Error500);
                 primary.facilitator()
@@ -232,7 +233,8 @@ async fn a_refused_settlement_moves_to_the_next_member() {
         "paymentRequirements": x402_tests::suite::expected_row(),
     });
     let request = serde_json::from_value(body).unwrap();
-    let refused = facilitator_at(&closed_port_url().await)
+    let closed = ClosedPort::new();
+    let refused = facilitator_at(&closed.url())
         .settle(&request)
         .await
         .unwrap_err();
@@ -370,11 +372,12 @@ async fn fifty_concurrent_payments_with_the_primary_down() {
     for down in ["500", "stopped"] {
         let primary = StandIn::start(EventLog::default()).await;
         let secondary = StandIn::start(EventLog::default()).await;
+        let closed = ClosedPort::new();
         let primary_facilitator = if down == "500" {
             primary.set_verify(VerifyMode::Error500);
             primary.facilitator_with_timeout(PATIENT)
         } else {
-            HttpFacilitator::builder(closed_port_url().await)
+            HttpFacilitator::builder(closed.url())
                 .timeout(PATIENT)
                 .client(reqwest::Client::builder().no_proxy().build().unwrap())
                 .build()
@@ -435,11 +438,8 @@ async fn fifty_concurrent_payments_with_the_primary_down() {
 #[tokio::test]
 async fn readiness_sees_the_healthy_member() {
     let secondary = StandIn::start(EventLog::default()).await;
-    let failover = failover(
-        facilitator_at(&closed_port_url().await),
-        secondary.facilitator(),
-        5,
-    );
+    let closed = ClosedPort::new();
+    let failover = failover(facilitator_at(&closed.url()), secondary.facilitator(), 5);
     let engine = standard_builder(failover.clone()).build().unwrap();
     let readiness = engine.readiness().await;
     assert!(readiness.ready, "{readiness:?}");

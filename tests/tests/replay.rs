@@ -10,8 +10,7 @@
 )]
 
 use std::{
-    net::TcpListener as StdTcpListener,
-    process::{Child as StdChild, Command as StdCommand, Stdio},
+    process::{Command as StdCommand, Stdio},
     sync::{
         atomic::{AtomicUsize, Ordering},
         Arc,
@@ -22,8 +21,7 @@ use std::{
 use axum::{http::StatusCode, response::IntoResponse, routing::get, Router};
 use serde_json::{json, Value};
 use tokio::{
-    io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
-    net::TcpStream,
+    io::{AsyncBufReadExt, BufReader},
     process::{Child, Command},
 };
 use x402_axum::PaywallLayer;
@@ -36,6 +34,7 @@ use x402_tests::{
     adapters::bind,
     capabilities::replay::{assert_one_winner, race},
     client::{self, Reply},
+    core_support::redis_server::RedisServer,
     payment, EventLog, StandIn, PAY_TO, SECRET,
 };
 
@@ -207,106 +206,6 @@ impl Drop for CleanPrefix {
     }
 }
 
-/// A redis-server of this test's own, killed on drop (even on panic).
-struct OwnRedis {
-    port: u16,
-    child: Option<StdChild>,
-}
-
-fn free_port() -> u16 {
-    let listener = StdTcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
-impl OwnRedis {
-    async fn start() -> Self {
-        let mut redis = Self {
-            port: free_port(),
-            child: None,
-        };
-        redis.restart().await;
-        redis
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn pid(&self) -> String {
-        self.child.as_ref().unwrap().id().to_string()
-    }
-
-    /// Starts redis-server on the same port and waits for `PONG`.
-    async fn restart(&mut self) {
-        assert!(self.child.is_none(), "already running");
-        let port = self.port.to_string();
-        let child = StdCommand::new("redis-server")
-            .args([
-                "--port",
-                &port,
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server");
-        self.child = Some(child);
-        let started = Instant::now();
-        while !ping(self.port).await {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "redis-server did not start"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// SIGKILLs redis-server and reaps it.
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Sends `kill -<signal>` (`STOP`, `CONT`).
-    fn signal(&self, signal: &str) {
-        let status = StdCommand::new("kill")
-            .args([&format!("-{signal}"), &self.pid()])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill -{signal}");
-    }
-}
-
-impl Drop for OwnRedis {
-    fn drop(&mut self) {
-        // SIGKILL also ends a SIGSTOPped process.
-        self.kill();
-    }
-}
-
-async fn ping(port: u16) -> bool {
-    let attempt = async {
-        let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-        stream.write_all(b"PING\r\n").await.ok()?;
-        let mut buf = [0_u8; 7];
-        stream.read_exact(&mut buf).await.ok()?;
-        Some(&buf == b"+PONG\r\n")
-    };
-    tokio::time::timeout(Duration::from_millis(500), attempt)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or(false)
-}
-
 #[track_caller]
 fn assert_claim_unavailable(reply: &Reply) {
     reply.assert_status(503);
@@ -454,7 +353,8 @@ async fn concurrent_copies_across_three_processes_sharing_redis_run_the_handler_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_down_refuses_payments_fast_and_recovers_without_restart() {
-    let mut redis = OwnRedis::start().await;
+    let redis = RedisServer::start_free();
+    let port = redis.port();
     let store = RedisClaimStore::connect(&redis.url())
         .await
         .unwrap()
@@ -489,7 +389,7 @@ async fn redis_down_refuses_payments_fast_and_recovers_without_restart() {
     assert_eq!(free.text(), "free content");
 
     // Back up on the same port: a new payment succeeds, same app.
-    redis.restart().await;
+    let _redis = RedisServer::start(port);
     let restarted = Instant::now();
     let mut attempts = 0;
     loop {
@@ -542,7 +442,7 @@ async fn retry_until_released(app: &App, payment: &str) -> (Reply, u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn late_claim_is_released_so_an_honest_retry_succeeds() {
-    let redis = OwnRedis::start().await;
+    let mut redis = RedisServer::start_free();
     let store = RedisClaimStore::connect(&redis.url())
         .await
         .unwrap()
@@ -554,7 +454,7 @@ async fn late_claim_is_released_so_an_honest_retry_succeeds() {
         .assert_status(200);
 
     let payment = header(&row);
-    redis.signal("STOP");
+    redis.signal("-STOP");
     let started = Instant::now();
     let reply = app.get("/paid", Some(&payment)).await;
     let elapsed = started.elapsed();
@@ -571,7 +471,7 @@ async fn late_claim_is_released_so_an_honest_retry_succeeds() {
     assert_eq!(app.calls(), 1, "the handler did not run");
 
     // Redis resumes: the SET lands late; the guard must release it.
-    redis.signal("CONT");
+    redis.signal("-CONT");
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let resumed = Instant::now();
@@ -597,7 +497,7 @@ async fn late_claim_is_released_so_an_honest_retry_succeeds() {
 /// served (not refused as a replay for the claim's lifetime).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_claim_whose_client_hung_up_mid_write_is_released() {
-    let redis = OwnRedis::start().await;
+    let mut redis = RedisServer::start_free();
     let store = RedisClaimStore::connect(&redis.url())
         .await
         .unwrap()
@@ -608,7 +508,7 @@ async fn a_claim_whose_client_hung_up_mid_write_is_released() {
     let row = app.row().await;
     let payment = header(&row);
 
-    redis.signal("STOP");
+    redis.signal("-STOP");
     let impatient = reqwest::Client::builder()
         .no_proxy()
         .timeout(Duration::from_millis(300))
@@ -626,7 +526,7 @@ async fn a_claim_whose_client_hung_up_mid_write_is_released() {
     assert_eq!(app.calls(), 0);
 
     // Redis resumes: the SET lands with nobody waiting for it.
-    redis.signal("CONT");
+    redis.signal("-CONT");
     let (retry, _) = retry_until_released(&app, &payment).await;
     retry.assert_status(200);
     assert_eq!(app.calls(), 1);

@@ -30,7 +30,7 @@ use x402_core::{
     Completion, Decision, Engine, Offer, Route,
 };
 use x402_tests::{
-    core_support::redis_server::{free_port, script_calls, RedisServer},
+    core_support::redis_server::{script_calls, RedisServer},
     payment, PAY_TO,
 };
 
@@ -440,7 +440,7 @@ async fn a_store_past_the_deadline_is_answered_503_and_its_late_redemption_given
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_keeps_the_deadline_and_undoes_calls_nobody_waits_for() {
-    let mut server = RedisServer::start(free_port());
+    let mut server = RedisServer::start_free();
     let store = RedisSessionStore::connect(&server.url()).await.unwrap();
     let mut redis = ::redis::Client::open(server.url())
         .unwrap()

@@ -30,6 +30,7 @@ use x402_core::{
     testing::StandIn,
     Engine, Offer, Route,
 };
+use x402_tests::standin::ClosedPort;
 
 /// The devnet cluster's genesis hash (`solana:` + its first 32 characters
 /// is [`SOLANA_DEVNET`]).
@@ -398,10 +399,8 @@ async fn a_token_2022_mint_uses_the_token_2022_derivation() {
 
 #[tokio::test]
 async fn an_rpc_that_is_down_is_its_own_error() {
-    // A port that was just free: nothing listens there.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
+    let closed = ClosedPort::new();
+    let addr = closed.addr();
     let url = format!("http://{addr}/v2/{SECRET}?api-key={SECRET}");
     let engine = engine([usdc(FRESH)]);
     for mode in [CheckMode::Refuse, CheckMode::Warn] {

@@ -19,11 +19,34 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// Starts `redis-server` on `port` and waits until it answers `PING`.
-    /// Fails (panics, in one line) when `redis-server` is not on the `PATH`:
-    /// [`require::redis_server`].
+    /// Starts `redis-server` on a free port and waits until it answers
+    /// `PING`. A port found free can be taken by another test before the
+    /// server binds it; the server then exits, and this tries a fresh port
+    /// (up to five). Fails (panics, in one line) when `redis-server` is not
+    /// on the `PATH`: [`require::redis_server`].
+    #[track_caller]
+    pub fn start_free() -> Self {
+        for _ in 0..5 {
+            if let Some(server) = Self::try_start(free_port()) {
+                return server;
+            }
+        }
+        panic!("redis-server exited on five free ports in a row");
+    }
+
+    /// Starts `redis-server` on `port` (a port the test already had, to
+    /// restart on it) and waits until it answers `PING`. Fails (panics, in
+    /// one line) when `redis-server` is not on the `PATH`
+    /// ([`require::redis_server`]) or when it cannot take the port.
     #[track_caller]
     pub fn start(port: u16) -> Self {
+        Self::try_start(port)
+            .unwrap_or_else(|| panic!("redis-server could not listen on port {port}"))
+    }
+
+    /// `None` when the server exited before answering: the port was taken.
+    #[track_caller]
+    fn try_start(port: u16) -> Option<Self> {
         require::redis_server();
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -32,26 +55,27 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("these tests need redis-server on the PATH: {e}"));
-        let server = Self {
+        let mut server = Self {
             child,
             port,
             stopped: false,
         };
-        server.wait_ready();
-        server
+        server.wait_ready().then_some(server)
     }
 
-    fn wait_ready(&self) {
+    /// Waits until this server answers `PING` on its port; `false` if it
+    /// exited first. A `PONG` from another test's server on the same port
+    /// does not count: the answer must come from this child's process.
+    fn wait_ready(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Ok(mut conn) = TcpStream::connect(("127.0.0.1", self.port)) {
-                let mut reply = [0u8; 7];
-                if conn.write_all(b"PING\r\n").is_ok()
-                    && conn.read_exact(&mut reply).is_ok()
-                    && &reply == b"+PONG\r\n"
-                {
-                    return;
-                }
+            if self.child.try_wait().unwrap().is_some() {
+                return false;
+            }
+            if ping(self.port)
+                && info_field(self.port, "server", "process_id") == self.child.id().to_string()
+            {
+                return true;
             }
             assert!(
                 Instant::now() < deadline,
@@ -104,7 +128,7 @@ impl Drop for RedisServer {
 }
 
 /// A port nothing listens on (for now).
-pub fn free_port() -> u16 {
+fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -115,9 +139,31 @@ pub fn free_port() -> u16 {
 /// How many script calls (`EVALSHA`) the server on `port` has run since it
 /// started, from its `INFO commandstats` (read over a connection of its own).
 pub fn script_calls(port: u16) -> u64 {
+    let calls = info_field(port, "commandstats", "cmdstat_evalsha");
+    calls
+        .strip_prefix("calls=")
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+/// Whether the server on `port` answers `PING` with `PONG`.
+fn ping(port: u16) -> bool {
+    let Ok(mut conn) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let mut reply = [0u8; 7];
+    conn.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    conn.write_all(b"PING\r\n").is_ok()
+        && conn.read_exact(&mut reply).is_ok()
+        && &reply == b"+PONG\r\n"
+}
+
+/// The value of `field` in the server's `INFO section` (empty when the
+/// section has no such line), read over a connection of its own.
+fn info_field(port: u16, section: &str, field: &str) -> String {
     let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    conn.write_all(b"INFO commandstats\r\n").unwrap();
+    conn.write_all(format!("INFO {section}\r\n").as_bytes())
+        .unwrap();
     // A bulk string: `$<length>\r\n<text>\r\n`.
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
@@ -131,9 +177,31 @@ pub fn script_calls(port: u16) -> u64 {
         .unwrap_or_else(|_| panic!("INFO answered {head:?}"));
     let mut text = vec![0u8; length];
     conn.read_exact(&mut text).unwrap();
+    let prefix = format!("{field}:");
     String::from_utf8(text)
         .unwrap()
         .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+        .find_map(|line| line.strip_prefix(&prefix).map(str::to_owned))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A port another test's server holds is not taken for this one's: the
+    /// new server exits, and its `PONG`-answering neighbour is not mistaken
+    /// for it.
+    #[test]
+    fn a_port_taken_by_another_server_is_not_mistaken_for_ours() {
+        let neighbour = RedisServer::start_free();
+        let started = Instant::now();
+        assert!(RedisServer::try_start(neighbour.port()).is_none());
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(ping(neighbour.port()), "the neighbour still answers");
+
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert!(RedisServer::try_start(port).is_none());
+    }
 }
