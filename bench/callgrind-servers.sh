@@ -28,7 +28,7 @@
 # session-redis; paid-http-newpayers recovers
 # every payment's signer, BENCH_KNOWN_PAYERS=0), SMALL=300, LARGE=1500 (at
 # most 2 970 for the session paths), CONNECTIONS=8, REDIS_URL,
-# SKIP_PEER=1, KEEP=DIR (keeps each run's callgrind output there, as
+# SKIP_PEER=1, CACHE_SIM=1 (below), KEEP=DIR (keeps each run's callgrind output there, as
 # NAME-REQUESTS.cg, for callgrind_annotate); BIN=DIR and PEER=FILE use
 # binaries built already instead of building them. Needs valgrind (and its
 # callgrind_control). About 10 minutes plus the release builds.
@@ -38,6 +38,14 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 SERVERS=" ${SERVERS:-http-floor paid-http-engine paid-http-noprecheck paid-http paid-http-newpayers http-peer} "
 SMALL="${SMALL:-300}"
+# CACHE_SIM=1: callgrind also simulates the caches (its default geometry,
+# one level-1 pair and a last level, one thread's view: no other core
+# takes lines away) and reports misses per request beside the
+# instructions. Slower, and a model: it shows which server touches more
+# memory, not what the machine's caches do.
+CACHE_SIM="${CACHE_SIM:-}"
+SIM=()
+[ -n "$CACHE_SIM" ] && SIM=(--cache-sim=yes)
 LARGE="${LARGE:-1500}"
 CONNECTIONS="${CONNECTIONS:-8}"
 WARMUP=200
@@ -110,7 +118,7 @@ count() {
     env -u REDIS_URL -u EVM_RPC_URL -u WEBHOOK_URL HOST=127.0.0.1 PORT=0 \
         BENCH_PAYERS="$PAYERS" BENCH_SEED="$SEED" FACILITATOR_URL="http://$FACILITATOR" "${redis[@]}" \
         BENCH_LOCAL_PRECHECK="$precheck" BENCH_KNOWN_PAYERS="$known" USER="$VG_USER" \
-        valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$cg" "${cmd[@]}" \
+        valgrind --tool=callgrind --instr-atstart=no "${SIM[@]}" --callgrind-out-file="$cg" "${cmd[@]}" \
         > "$OUT/$name.log" 2>&1 &
     local pid="$!"
     # This runs in a command substitution, which the EXIT trap does not
@@ -146,17 +154,29 @@ count() {
     wait "$pid" 2>/dev/null || true
     [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$cg" "$KEEP/"
     # With collection toggled, callgrind's summary line reads 0 and its
-    # totals line holds the count.
+    # totals line holds the counts (Ir, then the simulated cache's events
+    # with CACHE_SIM=1).
     sed -n 's/^totals: //p' "$cg" | head -n 1
 }
 
 echo "== instructions per paid request or session call (callgrind, server process, $SMALL and $LARGE requests)"
-printf '%-22s %14s\n' server "Ir/request"
+if [ -n "$CACHE_SIM" ]; then
+    printf '%-22s %14s %12s %12s %12s %12s\n' server "Ir/request" "D1 read miss" "D1 write miss" "LL miss" "I1 miss"
+else
+    printf '%-22s %14s\n' server "Ir/request"
+fi
 for name in http-floor paid-http-engine paid-http-noprecheck paid-http paid-http-newpayers http-peer \
     session-floor session-redis; do
     [[ "$SERVERS" == *" $name "* ]] || continue
     [ "$name" = http-peer ] && [ -z "$PEER" ] && continue
-    small="$(count "$name" "$SMALL")"
-    large="$(count "$name" "$LARGE")"
-    printf '%-22s %14d\n' "$name" $(( (large - small) / (LARGE - SMALL) ))
+    small=($(count "$name" "$SMALL"))
+    large=($(count "$name" "$LARGE"))
+    per() { echo $(( (large[$1] - small[$1]) / (LARGE - SMALL) )); }
+    if [ -n "$CACHE_SIM" ]; then
+        # Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw
+        printf '%-22s %14d %12d %12d %12d %12d\n' "$name" "$(per 0)" "$(per 4)" "$(per 5)" \
+            $(( $(per 6) + $(per 7) + $(per 8) )) "$(per 3)"
+    else
+        printf '%-22s %14d\n' "$name" "$(per 0)"
+    fi
 done

@@ -106,7 +106,7 @@ where
         // Boxed, within 1 032 bytes (x402-core's `BoxedDecision` says
         // why): the decision ends with its statement, and the request is
         // not rebound.
-        ResponseFuture::engine(async move {
+        ResponseFuture::engine(move || async move {
             let paid = match step {
                 Ok(paid) => Some(paid),
                 Err(pending) => match pending.decide(view(&request, read)).await {

@@ -178,7 +178,7 @@ impl Engine {
             return Decision::Respond(response::challenge_response(&encoded)).into();
         };
         let offered = Box::new(Offered { resource, enriched });
-        Box::pin(self.pay(compiled, resolved, offered, header)).await
+        crate::boxed::boxed(|| self.pay(compiled, resolved, offered, header)).await
     }
 
     /// The payment half of [`process`](Self::process), boxed there to keep
@@ -286,18 +286,18 @@ impl Engine {
         // The facilitator always gets the server's own requirement, and
         // the body is written once, for the verify and the settle calls.
         let request_body = match version {
-            X402Version::V2 => PreparedRequest::with_written(*payload, offer.wire()),
+            X402Version::V2 => PreparedRequest::with_written(payload, offer.wire()),
             X402Version::V1 => match crate::challenge::v1_row(
                 &offer.requirements,
                 &offered.resource,
                 route.output_schema.as_ref(),
             ) {
                 Some(row) => FacilitatorRequest::new(*payload, PaymentRequirements::V1(row))
-                    .map(PreparedRequest::new),
+                    .map(|request| Box::new(PreparedRequest::new(request))),
                 None => return refuse(Refusal::NoMatchingRequirements, Some(version), None),
             },
         };
-        let Some(request_body) = request_body.map(Box::new) else {
+        let Some(request_body) = request_body else {
             return refuse(Refusal::NoMatchingRequirements, Some(version), None);
         };
 
@@ -307,7 +307,7 @@ impl Engine {
 
         let scheme = offer.requirements.scheme.as_str();
         let span = tracing::info_span!("x402.verify", network = %network, scheme, payer = tracing::field::Empty);
-        let verdict = match Box::pin(self.verify(&pctx, &request_body))
+        let verdict = match crate::boxed::boxed(|| self.verify(&pctx, &request_body))
             .instrument(span.clone())
             .await
         {
@@ -379,20 +379,6 @@ impl Engine {
         drop(accepted);
         let upto = offer.requirements.scheme == UPTO;
         let meter = upto.then(|| Meter::new(offer.requirements.amount));
-        let payment = VerifiedPayment {
-            version,
-            scheme: names.scheme.clone(),
-            network: network.clone(),
-            payer: verdict.payer.as_deref().map(SharedStr::from),
-            amount: offer.requirements.amount,
-            asset: names.asset.clone(),
-            pay_to: names.pay_to.clone(),
-            requirements: names.requirements.clone(),
-            route: compiled.pattern.clone(),
-            meter: meter.clone(),
-            session: None,
-            sign_in: None,
-        };
         let timing = if upto {
             SettlementTiming::AfterHandler
         } else {
@@ -404,13 +390,27 @@ impl Engine {
             held.set_lifetime(&request_body, &network);
         }
         let Offered { resource, enriched } = *offered;
-        BoxedDecision::Paid(Box::new(PaidRequest {
+        BoxedDecision::Paid(crate::boxed::boxed_value(|| PaidRequest {
             engine: self.clone(),
             route: RouteRef::of(compiled),
-            payment: Arc::new(payment),
+            // Written where it is built, into its `Arc` (it is 320 bytes).
+            payment: Arc::new(VerifiedPayment {
+                version,
+                scheme: names.scheme.clone(),
+                network: network.clone(),
+                payer: verdict.payer.as_deref().map(SharedStr::from),
+                amount: offer.requirements.amount,
+                asset: names.asset.clone(),
+                pay_to: names.pay_to.clone(),
+                requirements: names.requirements.clone(),
+                route: compiled.pattern.clone(),
+                meter: meter.clone(),
+                session: None,
+                sign_in: None,
+            }),
             finished: false,
             identifier: identifier.take(),
-            kind: paid::Kind::Payment(Box::new(paid::PaymentState {
+            kind: paid::Kind::Payment(crate::boxed::boxed_value(|| paid::PaymentState {
                 request: request_body,
                 network,
                 timing,
@@ -515,7 +515,7 @@ impl Engine {
             }),
             sign_in: None,
         };
-        Ok(Box::new(PaidRequest {
+        Ok(crate::boxed::boxed_value(|| PaidRequest {
             engine: self.clone(),
             route: RouteRef::of(compiled),
             payment: Arc::new(payment),

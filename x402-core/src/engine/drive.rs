@@ -146,7 +146,7 @@ impl<'a> IntoFuture for Processing<'a> {
     fn into_future(self) -> Self::IntoFuture {
         match self.state {
             State::Decided(decision) => Box::pin(std::future::ready(decision)),
-            State::Pending(pending, request) => Box::pin(pending.decide(request)),
+            State::Pending(pending, request) => crate::boxed::boxed(|| pending.decide(request)),
         }
     }
 }

@@ -477,7 +477,9 @@ impl PaidRequest {
         let identifier = self.identifier.take();
         // The result is returned as it comes, not held here: this future
         // stays within 1 032 bytes (see `BoxedDecision`).
-        let work = async move {
+        // Boxed where it is built: its state is large, and session calls
+        // never get here.
+        let work = crate::boxed::boxed(move || async move {
             match identifier {
                 None => settlement.run().await,
                 // Boxed: few routes declare payment ids.
@@ -490,9 +492,8 @@ impl PaidRequest {
                     .await
                 }
             }
-        };
-        // Boxed: its state is large, and session calls never get here.
-        match self.engine.run_to_completion(Box::pin(work)).await {
+        });
+        match self.engine.run_to_completion(work).await {
             Some(result) => result,
             None => {
                 tracing::error!(
@@ -680,7 +681,7 @@ impl Settlement {
             } else {
                 // Boxed apart: inline, it made this future (boxed itself, to
                 // outlive a hang-up) over 2 KiB (see `BoxedDecision`).
-                Box::pin(self.settle_call(settle_request, &ctx)).await
+                crate::boxed::boxed(|| self.settle_call(settle_request, &ctx)).await
             };
             match outcome {
                 Ok(r) => r,

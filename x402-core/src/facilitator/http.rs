@@ -242,9 +242,10 @@ impl HttpFacilitator {
                 // Boxed apart: inline, the exchange made the verify and
                 // settle futures 1.9 kB; apart, each box is within 1 032
                 // bytes (see `engine::BoxedDecision`).
-                let answer = Box::pin(transport.call(target, body, extra, MAX_BODY_BYTES))
-                    .await
-                    .map_err(|e| FacilitatorError::Transport(Box::new(e)))?;
+                let answer =
+                    crate::boxed::boxed(|| transport.call(target, body, extra, MAX_BODY_BYTES))
+                        .await
+                        .map_err(|e| FacilitatorError::Transport(Box::new(e)))?;
                 Ok(Reply {
                     status: answer.status,
                     body: answer.body,

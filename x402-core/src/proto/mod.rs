@@ -381,6 +381,15 @@ pub struct FacilitatorRequest {
     pub payment_requirements: std::sync::Arc<PaymentRequirements>,
 }
 
+/// Whether a payment and a requirement are of one protocol version.
+fn same_version(payment: &PaymentPayload, requirements: &PaymentRequirements) -> bool {
+    matches!(
+        (payment, requirements),
+        (PaymentPayload::V1(_), PaymentRequirements::V1(_))
+            | (PaymentPayload::V2(_), PaymentRequirements::V2(_))
+    )
+}
+
 impl FacilitatorRequest {
     /// Pairs a payment with a requirement (owned or shared); `None` when
     /// their versions differ.
@@ -389,14 +398,10 @@ impl FacilitatorRequest {
         payment_requirements: impl Into<std::sync::Arc<PaymentRequirements>>,
     ) -> Option<Self> {
         let payment_requirements = payment_requirements.into();
-        match (&payment_payload, &*payment_requirements) {
-            (PaymentPayload::V1(_), PaymentRequirements::V1(_))
-            | (PaymentPayload::V2(_), PaymentRequirements::V2(_)) => Some(Self {
-                payment_payload,
-                payment_requirements,
-            }),
-            _ => None,
-        }
+        same_version(&payment_payload, &payment_requirements).then(|| Self {
+            payment_payload,
+            payment_requirements,
+        })
     }
 
     /// The protocol version of the pair.
@@ -503,16 +508,24 @@ impl PreparedRequest {
 
     /// `payment` paired with a requirement written once: its body copies
     /// the requirement's JSON instead of writing it again. `None` when
-    /// their versions differ.
+    /// their versions differ. Built in its box, the payment copied once,
+    /// from its box into the new one.
     pub(crate) fn with_written(
-        payment: PaymentPayload,
+        payment: Box<PaymentPayload>,
         requirement: &WrittenRequirement,
-    ) -> Option<Self> {
-        let request = FacilitatorRequest::new(payment, requirement.requirements.clone())?;
-        Some(Self {
+    ) -> Option<Box<Self>> {
+        if !same_version(&payment, &requirement.requirements) {
+            return None;
+        }
+        Some(crate::boxed::boxed_value(|| Self {
+            request: FacilitatorRequest {
+                payment_payload: *payment,
+                payment_requirements: requirement.requirements.clone(),
+            },
+            body: std::sync::OnceLock::new(),
+            evm: std::sync::OnceLock::new(),
             requirement_json: requirement.json.clone(),
-            ..Self::new(request)
-        })
+        }))
     }
 
     /// The payment's `payload` as an EIP-3009 or Permit2 payload, read on

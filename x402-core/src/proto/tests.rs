@@ -402,9 +402,10 @@ fn a_written_requirement_gives_the_same_body() {
                 let payment = PaymentPayload::V2(payment);
                 let requirements = PaymentRequirements::V2(requirement.clone());
                 let written = WrittenRequirement::new(requirements.clone());
-                let prepared = PreparedRequest::with_written(payment.clone(), &written).unwrap();
+                let prepared =
+                    PreparedRequest::with_written(Box::new(payment.clone()), &written).unwrap();
                 let request = FacilitatorRequest::new(payment, requirements).unwrap();
-                assert_eq!(*prepared, request);
+                assert_eq!(**prepared, request);
                 assert_eq!(
                     String::from_utf8(prepared.body().unwrap().to_vec()).unwrap(),
                     serde_json::to_string(&request).unwrap()
@@ -421,7 +422,7 @@ fn a_written_requirement_pairs_only_with_its_version() {
     let v1 = raw_json(&headers("v1", "X-PAYMENT")[0]);
     let v1 = PaymentPayload::from_value(v1).unwrap();
     let written = WrittenRequirement::new(PaymentRequirements::V2(accepted));
-    assert!(PreparedRequest::with_written(v1, &written).is_none());
+    assert!(PreparedRequest::with_written(Box::new(v1), &written).is_none());
 }
 
 /// Bodies are written through a per-thread scratch buffer: each is exactly
