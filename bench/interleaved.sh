@@ -29,8 +29,8 @@
 #                    (GET /batch/evm) or session (GET /session/demo on
 #                    Redis at REDIS_URL, the in-process facilitator selling
 #                    SESSIONS_PER sessions of 99 calls before each slice; a
-#                    session-floor server opens as many a turn at start and
-#                    each slice redeems its own share)
+#                    session-floor or session-engine server opens as many a
+#                    turn at start and each slice redeems its own share)
 #   SESSIONS_PER=1000
 #   SLICES=10        turns
 #   SECONDS_PER=3    length of a slice, at most
@@ -117,7 +117,7 @@ for turn in $(seq 1 "$SLICES"); do
     fi
     for name in "${order[@]}"; do
         args=("${LOAD_ARGS[@]}")
-        if [ "${MODE[$name]}" = session-floor ]; then
+        if [ "${MODE[$name]}" = session-floor ] || [ "${MODE[$name]}" = session-engine ]; then
             args=(--mode session --path /session/demo --tokens-from /__bench/sessions
                 --tokens-skip $(( (turn - 1) * SESSIONS_PER )) --tokens-take "$SESSIONS_PER")
         fi

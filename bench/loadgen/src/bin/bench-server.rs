@@ -37,6 +37,17 @@
 //!   of the example around it (no metrics recorder, no discovery, no other
 //!   routes); `BENCH_LOCAL_PRECHECK=0` as below.
 //!
+//! - `session-engine`: the engine alone on the session path: the example's
+//!   engine (`paid_api_common::engine`, its route table and stores, with
+//!   `REDIS_URL`) behind `x402_axum::PaywallLayer` in front of one bare
+//!   handler for `GET /session/demo` (the payment read with
+//!   `x402_axum::Payment`, the session body answered), with nothing else of
+//!   the example around it: no metrics recorder, no discovery, no state,
+//!   no other routes. It opens and lists its sessions as `session-floor`
+//!   does, so that the two redeem the same sessions the same way; between
+//!   the floor and `paid-api`, it shows what the engine costs and what the
+//!   example around it does.
+//!
 //! `paid-api` with `FACILITATOR_URL` set runs the example against that
 //! facilitator (and funds no dev-ledger payers: there is no dev ledger).
 //! `BENCH_LOCAL_PRECHECK=0` turns the engine's local pre-check off
@@ -206,21 +217,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "session-floor" => {
             let url = std::env::var("REDIS_URL").map_err(|_| "session-floor needs REDIS_URL")?;
             let store = Arc::new(RedisSessionStore::connect(&url).await?);
-            let sessions: usize = env_or("BENCH_SESSIONS", 1000);
-            let calls: u64 = env_or("BENCH_SESSION_CALLS", 99);
-            let now = unix_now();
-            let mut listed = String::new();
-            for _ in 0..sessions.max(1) {
-                let token = SessionToken::generate();
-                let record = SessionRecord {
-                    scope: "demo".into(),
-                    remaining: calls,
-                    expires_at: now + 3600,
-                };
-                store.open(&token.hash(), record).await?;
-                listed.push_str(token.expose());
-                listed.push('\n');
-            }
+            let (listed, calls) = open_sessions(&store).await?;
             let router = Router::new()
                 .route(
                     "/session/demo",
@@ -254,13 +251,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         }
                     }),
                 )
+                .route(SESSIONS_PATH, sessions_route(listed, calls));
+            serve(listener, router).await?;
+        }
+        "session-engine" => {
+            let url = std::env::var("REDIS_URL").map_err(|_| "session-engine needs REDIS_URL")?;
+            let config = paid_api::Config::from_env()?.bound_to(addr);
+            let (engine, _state) = paid_api_common::engine(&config).await?;
+            let (listed, calls) = open_sessions(&RedisSessionStore::connect(&url).await?).await?;
+            let router = Router::new()
                 .route(
-                    SESSIONS_PATH,
-                    get(move || {
-                        let listed = listed.clone();
-                        async move { ([(X_PAYMENT_SESSION_REMAINING, calls.to_string())], listed) }
-                    }),
-                );
+                    "/session/demo",
+                    get(
+                        |x402_axum::Payment(payment): x402_axum::Payment| async move {
+                            Json(paid_api_common::session_body(
+                                &payment,
+                                RUNS.count(PaidRoute::Session),
+                            ))
+                        },
+                    ),
+                )
+                .layer(x402_axum::PaywallLayer::new(engine))
+                .route(SESSIONS_PATH, sessions_route(listed, calls));
             serve(listener, router).await?;
         }
         "paid-http-floor" => {
@@ -344,12 +356,45 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         other => {
             return Err(format!(
-                "usage: bench-server baseline|challenge-floor|session-floor|paid-http-floor|paid-http-engine|paid-api (got {other:?})"
+                "usage: bench-server baseline|challenge-floor|session-floor|session-engine|paid-http-floor|paid-http-engine|paid-api (got {other:?})"
             )
             .into());
         }
     }
     Ok(())
+}
+
+/// Opens `BENCH_SESSIONS` sessions (default 1 000) of `BENCH_SESSION_CALLS`
+/// calls (default 99, what a bought session has left) for scope `demo` in
+/// `store`: their tokens, one a line, and the calls each has.
+async fn open_sessions(
+    store: &RedisSessionStore,
+) -> Result<(String, u64), Box<dyn std::error::Error>> {
+    let sessions: usize = env_or("BENCH_SESSIONS", 1000);
+    let calls: u64 = env_or("BENCH_SESSION_CALLS", 99);
+    let now = unix_now();
+    let mut listed = String::new();
+    for _ in 0..sessions.max(1) {
+        let token = SessionToken::generate();
+        let record = SessionRecord {
+            scope: "demo".into(),
+            remaining: calls,
+            expires_at: now + 3600,
+        };
+        store.open(&token.hash(), record).await?;
+        listed.push_str(token.expose());
+        listed.push('\n');
+    }
+    Ok((listed, calls))
+}
+
+/// `GET /__bench/sessions`: the tokens [`open_sessions`] listed, with the
+/// calls each has in `X-PAYMENT-SESSION-REMAINING`.
+fn sessions_route(listed: String, calls: u64) -> axum::routing::MethodRouter {
+    get(move || {
+        let listed = listed.clone();
+        async move { ([(X_PAYMENT_SESSION_REMAINING, calls.to_string())], listed) }
+    })
 }
 
 /// The facilitator path's floor: the two calls and nothing else.
