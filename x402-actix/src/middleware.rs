@@ -160,6 +160,15 @@ impl<S> fmt::Debug for Paywall<S> {
 
 type LocalBoxFuture<T> = Pin<Box<dyn Future<Output = T> + 'static>>;
 
+/// The future `make` builds, written into a box allocated first.
+/// `Box::pin(future)` builds the future on the stack and then copies all of
+/// it (as many bytes as its largest state: 896 for `handle`'s) into memory
+/// another request used last; built inside `Box::write`, it is written
+/// where it stays. x402-core and x402-tower box their futures the same way.
+fn boxed<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
+    Box::into_pin(Box::write(Box::new_uninit(), make()))
+}
+
 impl<S, B> Service<ServiceRequest> for Paywall<S>
 where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
@@ -177,11 +186,7 @@ where
         // runs on one thread, so the service is shared through an `Rc`
         // rather than cloned and swapped as tower requires (the pattern of
         // actix-session's `SessionMiddleware`).
-        Box::pin(handle(
-            Rc::clone(&self.service),
-            self.guard.clone(),
-            request,
-        ))
+        boxed(|| handle(Rc::clone(&self.service), self.guard.clone(), request))
     }
 }
 
@@ -228,7 +233,7 @@ where
             };
             // Boxed: the paths decided at once (free routes, ready 402s)
             // should not carry room for it.
-            Box::pin(pending.decide(head.view().peer(peer))).await
+            boxed(|| pending.decide(head.view().peer(peer))).await
         };
         let paid = match decision {
             Decision::Pass => {

@@ -507,6 +507,43 @@ pub async fn challenge<B>(engine: &Engine, request: Request<B>) -> PaymentRequir
     }
 }
 
+/// The adapters' benches' fixture: an engine selling `GET /paid` for
+/// $0.001 (`exact`, Base Sepolia, to [`PAY_TO`]) through a [`StandIn`]
+/// that keeps no records (a bench calls it millions of times), and the
+/// requirement its 402 offers, for [`payment`] to pay.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use x402_core::testing::{paid_route, payment, PAY_TO};
+///
+/// let (engine, offer) = paid_route().await;
+/// assert_eq!((offer.scheme.as_str(), offer.pay_to.as_str()), ("exact", PAY_TO));
+/// let header = payment(&offer); // a fresh signed payment for each call
+/// # let _ = (engine, header);
+/// # }
+/// ```
+///
+/// # Panics
+///
+/// If the engine cannot be built (it always can).
+#[allow(clippy::expect_used)]
+pub async fn paid_route() -> (Engine, PaymentRequirements) {
+    let engine = Engine::builder(StandIn::new().without_records())
+        .route(crate::Route::get("/paid").offer(crate::Offer::exact(
+            "eip155:84532",
+            "$0.001",
+            PAY_TO,
+        )))
+        .build()
+        .expect("one static route builds");
+    let offer = challenge(&engine, Request::get("/paid").body(()).expect("a GET"))
+        .await
+        .accepts
+        .remove(0);
+    (engine, offer)
+}
+
 /// Sends `request` through `engine` and `handler` as an adapter would, and
 /// collects the response.
 ///

@@ -17,13 +17,8 @@ use std::{convert::Infallible, time::Duration};
 use criterion::{criterion_group, criterion_main, Criterion};
 use http::{Request, Response};
 use tower::{Service, ServiceExt};
-use x402_core::{
-    testing::{self, StandIn},
-    Engine, Offer, Route,
-};
+use x402_core::testing;
 use x402_tower::PaywallLayer;
-
-const PAY_TO: &str = testing::PAY_TO;
 
 async fn handler(_: Request<String>) -> Result<Response<String>, Infallible> {
     Ok(Response::new(String::from("{\"report\":\"the goods\"}")))
@@ -34,19 +29,9 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let engine = Engine::builder(StandIn::new().without_records())
-        .route(Route::get("/paid").offer(Offer::exact("eip155:84532", "$0.001", PAY_TO)))
-        .build()
-        .unwrap();
+    let (engine, offer) = rt.block_on(testing::paid_route());
     // A fresh payment per call (new nonce), as every real one is: the
     // engine's replay guard refuses a second copy.
-    let offer = rt
-        .block_on(testing::challenge(
-            &engine,
-            Request::get("/paid").body(()).unwrap(),
-        ))
-        .accepts
-        .remove(0);
     let payment_header = || testing::payment(&offer);
     let bare = tower::service_fn(handler);
     let layered = tower::ServiceBuilder::new()
