@@ -1,15 +1,19 @@
-//! What the actix-web middleware costs per request, against the same
-//! handler without it: the twin of x402-tower's `paywall` bench.
+//! What the actix-web middleware costs per request, against the same app
+//! without it: the twin of x402-tower's `paywall` bench.
 //!
-//! `cargo bench -p x402-actix --bench paywall` runs, in one invocation:
-//! - `baseline`: the handler with no middleware;
-//! - `unprotected`: the middleware in front of a route it does not protect;
-//! - `challenge_402`: an unpaid request to a protected route (the 402 path);
-//! - `paid`: a paid request through verify and settle, with an in-process
-//!   facilitator stand-in (`x402_core::testing::StandIn`) that answers at
-//!   once (so this measures the middleware and the engine: translating the
-//!   request, decoding, matching, the facilitator calls' plumbing, the
-//!   receipt).
+//! `cargo bench -p x402-actix --bench paywall` runs, in one invocation, an
+//! actix-web `App` with routes `GET /paid` and `GET /free` (each answers a
+//! short JSON body), requests carrying the five headers a client usually
+//! sends:
+//! - `baseline`: `GET /paid` to the app without the middleware;
+//! - `unprotected`: `GET /free` through the middleware (a route the engine
+//!   does not protect);
+//! - `challenge_402`: an unpaid `GET /paid` (the 402 path);
+//! - `paid`: a paid `GET /paid` through verify and settle, with an
+//!   in-process facilitator stand-in (`x402_core::testing::StandIn`) that
+//!   answers at once (so this measures the middleware and the engine:
+//!   translating the request, decoding, matching, the facilitator calls'
+//!   plumbing, the receipt).
 //!
 //! Compare each path's time with `baseline` in the same run for the ratio.
 
@@ -18,15 +22,26 @@
 use std::time::Duration;
 
 use actix_web::{
-    dev::{fn_service, Service, ServiceRequest, ServiceResponse, Transform},
-    test::TestRequest,
-    HttpResponse,
+    dev::Service,
+    test::{self, TestRequest},
+    web, App, HttpResponse,
 };
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use x402_actix::PaywallLayer;
 use x402_core::testing;
 
 const BODY: &str = "{\"report\":\"the goods\"}";
+
+/// A request to `path` with the headers a client usually sends.
+fn request(path: &str) -> TestRequest {
+    TestRequest::get()
+        .uri(path)
+        .insert_header(("host", "localhost"))
+        .insert_header(("user-agent", "x402-bench/1"))
+        .insert_header(("accept", "application/json"))
+        .insert_header(("accept-encoding", "gzip, br"))
+        .insert_header(("accept-language", "en"))
+}
 
 fn bench(c: &mut Criterion) {
     // actix-web's services are not `Send`: one thread, as an actix worker.
@@ -35,15 +50,19 @@ fn bench(c: &mut Criterion) {
         .build()
         .unwrap();
     let (engine, offer) = rt.block_on(testing::paid_route());
-    let handler = || {
-        fn_service(|request: ServiceRequest| async move {
-            Ok::<_, actix_web::Error>(request.into_response(HttpResponse::Ok().body(BODY)))
-        })
+    let app = || {
+        App::new()
+            .route(
+                "/paid",
+                web::get().to(|| async { HttpResponse::Ok().body(BODY) }),
+            )
+            .route(
+                "/free",
+                web::get().to(|| async { HttpResponse::Ok().body(BODY) }),
+            )
     };
-    let bare = rt.block_on(async { handler() });
-    let layered = rt
-        .block_on(PaywallLayer::new(engine).new_transform(handler()))
-        .unwrap();
+    let bare = rt.block_on(test::init_service(app()));
+    let layered = rt.block_on(test::init_service(app().wrap(PaywallLayer::new(engine))));
 
     let mut group = c.benchmark_group("actix_paywall");
     group
@@ -51,23 +70,21 @@ fn bench(c: &mut Criterion) {
         .warm_up_time(Duration::from_secs(1));
     group.bench_function("baseline", |b| {
         b.to_async(&rt).iter(|| async {
-            let request = TestRequest::get().uri("/paid").to_srv_request();
-            bare.call(request).await.unwrap()
+            let response = bare.call(request("/paid").to_request()).await.unwrap();
+            assert_eq!(response.status().as_u16(), 200);
+            response
         });
     });
     group.bench_function("unprotected", |b| {
         b.to_async(&rt).iter(|| async {
-            let request = TestRequest::get().uri("/free").to_srv_request();
-            layered.call(request).await.unwrap()
+            let response = layered.call(request("/free").to_request()).await.unwrap();
+            assert_eq!(response.status().as_u16(), 200);
+            response
         });
     });
     group.bench_function("challenge_402", |b| {
         b.to_async(&rt).iter(|| async {
-            let request = TestRequest::get()
-                .uri("/paid")
-                .insert_header(("host", "localhost"))
-                .to_srv_request();
-            let response: ServiceResponse<_> = layered.call(request).await.unwrap();
+            let response = layered.call(request("/paid").to_request()).await.unwrap();
             assert_eq!(response.status().as_u16(), 402);
             response
         });
@@ -78,12 +95,8 @@ fn bench(c: &mut Criterion) {
             // the engine's replay guard refuses a second copy.
             || testing::payment(&offer),
             |header| async {
-                let request = TestRequest::get()
-                    .uri("/paid")
-                    .insert_header(("host", "localhost"))
-                    .insert_header(("payment-signature", header))
-                    .to_srv_request();
-                let response: ServiceResponse<_> = layered.call(request).await.unwrap();
+                let paid = request("/paid").insert_header(("payment-signature", header));
+                let response = layered.call(paid.to_request()).await.unwrap();
                 assert_eq!(response.status().as_u16(), 200);
                 response
             },

@@ -43,14 +43,37 @@ pub(crate) enum Untranslatable {
     Uri,
 }
 
+/// What the middleware reads of every request to learn whether the engine
+/// protects it, read once and kept for the translation if it does: the
+/// method as `http` 1.x (`None` when that cannot represent it) and the
+/// resource pattern actix-web matched (`match_pattern()` matches the path
+/// again and allocates the pattern).
+#[derive(Debug)]
+pub(crate) struct Routing {
+    pub(crate) method: Option<http::Method>,
+    pub(crate) pattern: Option<String>,
+}
+
+impl Routing {
+    pub(crate) fn of(request: &ServiceRequest) -> Self {
+        Self {
+            method: http::Method::from_bytes(request.method().as_str().as_bytes()).ok(),
+            pattern: request.match_pattern(),
+        }
+    }
+}
+
 impl RequestHead {
-    /// Copies the method, URI and headers of `request`.
+    /// Copies the method, URI and headers of `request`, whose method and
+    /// pattern `routing` read.
     ///
     /// Headers that do not convert are skipped (logged at `debug`); the
     /// method and URI must convert, since the engine routes on them.
-    pub(crate) fn from_request(request: &ServiceRequest) -> Result<Self, Untranslatable> {
-        let method = http::Method::from_bytes(request.method().as_str().as_bytes())
-            .map_err(|_| Untranslatable::Method)?;
+    pub(crate) fn from_request(
+        request: &ServiceRequest,
+        routing: Routing,
+    ) -> Result<Self, Untranslatable> {
+        let method = routing.method.ok_or(Untranslatable::Method)?;
         // `Display` writes the URI back in the form it was parsed from.
         let uri =
             http::Uri::try_from(request.uri().to_string()).map_err(|_| Untranslatable::Uri)?;
@@ -58,7 +81,7 @@ impl RequestHead {
             method,
             uri,
             headers: headers_to_http1(request.headers()),
-            pattern: request.match_pattern(),
+            pattern: routing.pattern,
             paid_upstream: {
                 use actix_web::HttpMessage as _;
                 request
@@ -216,7 +239,7 @@ mod tests {
             .append_header(("x-many", "two"))
             .insert_header(("payment-signature", "abc"))
             .to_srv_request();
-        let head = RequestHead::from_request(&request).unwrap();
+        let head = RequestHead::from_request(&request, Routing::of(&request)).unwrap();
         let view = head.view();
         assert_eq!(view.method.as_str(), "PURGE");
         assert_eq!(view.uri.to_string(), "http://example.com:8080/pa%69d?x=1&y");
@@ -229,7 +252,7 @@ mod tests {
     #[test]
     fn origin_form_uri_stays_origin_form() {
         let request = TestRequest::get().uri("//paid/?q").to_srv_request();
-        let head = RequestHead::from_request(&request).unwrap();
+        let head = RequestHead::from_request(&request, Routing::of(&request)).unwrap();
         assert_eq!(
             head.view().uri.path_and_query().unwrap().as_str(),
             "//paid/?q"

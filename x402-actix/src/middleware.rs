@@ -5,6 +5,7 @@ use std::{
     future::{ready, Future, Ready},
     pin::Pin,
     rc::Rc,
+    task::{Context, Poll},
 };
 
 use actix_web::{
@@ -17,7 +18,7 @@ use x402_core::{
     Engine, Route,
 };
 
-use crate::convert::{self, HandlerBody, RequestHead};
+use crate::convert::{self, HandlerBody, RequestHead, Routing};
 
 /// The x402 paywall as actix-web middleware.
 ///
@@ -176,17 +177,90 @@ where
 {
     type Response = ServiceResponse<EitherBody<B>>;
     type Error = actix_web::Error;
-    type Future = LocalBoxFuture<Result<Self::Response, Self::Error>>;
+    type Future = PaywallFuture<S::Future, B>;
 
     forward_ready!(service);
 
     fn call(&self, request: ServiceRequest) -> Self::Future {
+        // A request no route protects goes on as it is: not translated for
+        // the engine (its headers copied into another `http`'s map), and no
+        // future boxed.
+        let routing = Routing::of(&request);
+        if !self.protects(&request, &routing) {
+            return PaywallFuture::Pass {
+                future: self.service.call(request),
+            };
+        }
         // The inner service is called later, from the future, once the engine
         // decided. actix-web's `Service::call` takes `&self` and a worker
         // runs on one thread, so the service is shared through an `Rc`
         // rather than cloned and swapped as tower requires (the pattern of
         // actix-session's `SessionMiddleware`).
-        boxed(|| handle(Rc::clone(&self.service), self.guard.clone(), request))
+        PaywallFuture::Engine {
+            future: boxed(|| {
+                handle(
+                    Rc::clone(&self.service),
+                    self.guard.clone(),
+                    request,
+                    routing,
+                )
+            }),
+        }
+    }
+}
+
+impl<S> Paywall<S> {
+    /// Whether the engine could do anything with `request` but pass it
+    /// ([`Guard::protects`]): its method, path and the pattern actix-web
+    /// matched, no headers. A method `http` 1.x cannot represent is left
+    /// to the engine's path, which refuses it.
+    fn protects(&self, request: &ServiceRequest, routing: &Routing) -> bool {
+        routing.method.as_ref().is_none_or(|method| {
+            self.guard
+                .protects(method, request.path(), routing.pattern.as_deref())
+        })
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The response future of [`Paywall`]: a request no route protects
+    /// polls the inner service's future as it is, with no allocation; one
+    /// the engine decides runs boxed. Not named by users; public only
+    /// because actix-web's `Service` needs it to be.
+    #[doc(hidden)]
+    #[project = PaywallFutureProj]
+    pub enum PaywallFuture<F, B> {
+        /// Not protected: the inner service's future.
+        Pass { #[pin] future: F },
+        /// Decided and finished by the engine.
+        Engine { future: LocalBoxFuture<Result<ServiceResponse<EitherBody<B>>, actix_web::Error>> },
+    }
+}
+
+impl<F, B> PaywallFuture<F, B> {
+    /// The size of the boxed future, for one the engine decides.
+    #[cfg(test)]
+    pub(crate) fn boxed_size(&self) -> Option<usize> {
+        match self {
+            Self::Pass { .. } => None,
+            Self::Engine { future } => Some(std::mem::size_of_val(&**future)),
+        }
+    }
+}
+
+impl<F, B> Future for PaywallFuture<F, B>
+where
+    F: Future<Output = Result<ServiceResponse<B>, actix_web::Error>>,
+{
+    type Output = Result<ServiceResponse<EitherBody<B>>, actix_web::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            PaywallFutureProj::Pass { future } => future
+                .poll(cx)
+                .map(|result| result.map(ServiceResponse::map_into_left_body)),
+            PaywallFutureProj::Engine { future } => future.as_mut().poll(cx),
+        }
     }
 }
 
@@ -203,6 +277,7 @@ fn handle<S, B>(
     service: Rc<S>,
     guard: Guard,
     request: ServiceRequest,
+    routing: Routing,
 ) -> impl Future<Output = Result<ServiceResponse<EitherBody<B>>, actix_web::Error>>
 where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
@@ -213,7 +288,7 @@ where
         // Decided in a block of its own: the translated head (488 bytes) and
         // the engine's first step are not kept while the handler runs.
         let decision = 'decided: {
-            let head = match RequestHead::from_request(&request) {
+            let head = match RequestHead::from_request(&request, routing) {
                 Ok(head) => head,
                 Err(reason) => {
                     // Unreachable for anything actix-web parsed (see

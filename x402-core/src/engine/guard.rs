@@ -140,6 +140,20 @@ impl Guard {
         }
     }
 
+    /// As [`Engine::protects`]: for a bound route, whether it allows
+    /// `method` (it protects every path it is asked about).
+    pub fn protects(
+        &self,
+        method: &http::Method,
+        path: &str,
+        route_template: Option<&str>,
+    ) -> bool {
+        match self {
+            Self::Table(engine) => engine.protects(method, path, route_template),
+            Self::Route(route) => route.route().allows(method),
+        }
+    }
+
     /// As [`Engine::process`].
     #[inline]
     pub fn process<'a>(&self, request: RequestView<'a>) -> Processing<'a> {

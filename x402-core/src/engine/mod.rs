@@ -300,12 +300,22 @@ impl Engine {
             }
             return Lookup::Free;
         }
+        self.lookup_path(request.method, request.uri.path(), request.route_template)
+    }
+
+    /// The route table's answer for a method, path and router template.
+    fn lookup_path(
+        &self,
+        method: &http::Method,
+        path: &str,
+        route_template: Option<&str>,
+    ) -> Lookup<&Arc<CompiledRoute>> {
         crate::boundary::lookup(
             &self.inner.routes,
             |r| &r.route,
-            request.method,
-            request.uri.path(),
-            request.route_template,
+            method,
+            path,
+            route_template,
             Some(&self.inner.templates),
         )
     }
@@ -513,6 +523,44 @@ impl Engine {
         }
     }
 
+    /// Whether [`process`](Self::process) could do anything with a request
+    /// of this method and path (and the router template it matched, if the
+    /// router says) but pass it: whether one of the routes protects it or
+    /// refuses it as [ambiguous](crate::boundary). Headers play no part in
+    /// that, and nothing is counted or logged. An adapter that has to
+    /// translate a request before the engine can see it (actix-web's speaks
+    /// another version of `http`) asks this first, and passes a request no
+    /// route protects untranslated. A request that carries a payment from
+    /// an outer paywall ([`RequestView::paid_upstream`]) passes
+    /// [`process`](Self::process) whatever this says.
+    ///
+    /// ```
+    /// use http::Method;
+    /// use x402_core::{facilitator::HttpFacilitator, Engine, Offer, Route};
+    ///
+    /// let engine = Engine::builder(HttpFacilitator::new("http://127.0.0.1:4022")?)
+    ///     .route(Route::get("/weather/{city}").offer(Offer::exact(
+    ///         "eip155:84532",
+    ///         "$0.01",
+    ///         "0x209693Bc6afc0C5328bA36FaF03C514EF312287C",
+    ///     )))
+    ///     .build()?;
+    /// assert!(engine.protects(&Method::GET, "/weather/paris", None));
+    /// assert!(!engine.protects(&Method::GET, "/health", None));
+    /// assert!(!engine.protects(&Method::POST, "/weather/paris", None));
+    /// // A path a router may read as the protected one is not free.
+    /// assert!(engine.protects(&Method::GET, "/weather/..%2Fparis", None));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn protects(
+        &self,
+        method: &http::Method,
+        path: &str,
+        route_template: Option<&str>,
+    ) -> bool {
+        !matches!(self.lookup_path(method, path, route_template), Lookup::Free)
+    }
+
     /// [`process`](Self::process) for a request known to fall under
     /// `compiled`.
     fn process_protected<'a>(
@@ -548,6 +596,75 @@ mod tests {
             is_send(&engine.process(view));
         }
         let _ = check;
+    }
+
+    /// `protects` is `process` without the request's headers: for every
+    /// method, path and router template, it says "not protected" exactly
+    /// when `process` passes the request, ambiguous and odd paths included.
+    #[test]
+    fn protects_agrees_with_process() {
+        use crate::testing;
+
+        let offer = || Offer::exact("eip155:84532", "$0.001", testing::PAY_TO);
+        let engine = Engine::builder(testing::StandIn::new())
+            .route(Route::get("/weather/:city").offer(offer()))
+            .route(Route::post("/report").offer(offer()))
+            .route(Route::get("/files/*").offer(offer()))
+            .route(Route::get("/exact").offer(offer()))
+            .build()
+            .unwrap();
+        let paths = [
+            "/",
+            "/health",
+            "/exact",
+            "/exact/",
+            "/EXACT",
+            "/report",
+            "/weather",
+            "/weather/",
+            "/weather/paris",
+            "/weather/paris/",
+            "/weather/..",
+            "/weather/%2e%2e",
+            "/weather/.",
+            "/weather/a%2Fb",
+            "/weather/a%5Cb",
+            "/w%65ather/paris",
+            "/Weather/Paris",
+            "/weather/paris;x=1",
+            "//weather//paris",
+            "/weather/paris%5C..%5C..%5Creport",
+            "/a%2F..%2Freport",
+            "/a/%2e%2e%2freport",
+            "/files",
+            "/files/a/b",
+            "/api/x",
+            "/weather/paris?q=1",
+            "/%",
+            "/%zz",
+        ];
+        let templates = [
+            None,
+            Some("/weather/{city}"),
+            Some("/files/{*path}"),
+            Some("/health"),
+            Some("/{*rest}"),
+        ];
+        let headers = HeaderMap::new();
+        for method in [http::Method::GET, http::Method::POST, http::Method::HEAD] {
+            for path in paths {
+                let uri: http::Uri = path.parse().unwrap();
+                for template in templates {
+                    let view = RequestView::new(&method, &uri, &headers).route_template(template);
+                    let passes = matches!(engine.process(view).now(), Now::Decided(Decision::Pass));
+                    assert_eq!(
+                        engine.protects(&method, uri.path(), template),
+                        !passes,
+                        "{method} {path} (template {template:?})"
+                    );
+                }
+            }
+        }
     }
 
     /// A static price's offer lasts as long as its route, and a payment
