@@ -224,7 +224,7 @@ impl<S> Paywall<S> {
 
 pin_project_lite::pin_project! {
     /// The response future of [`Paywall`]: a request no route protects
-    /// polls the inner service's future as it is, with no allocation; one
+    /// polls the inner service's future as it is, unboxed; one
     /// the engine decides runs boxed. Not named by users; public only
     /// because actix-web's `Service` needs it to be.
     #[doc(hidden)]
