@@ -22,7 +22,7 @@
 use std::time::Duration;
 
 use actix_web::{
-    dev::Service,
+    dev::{Service, ServiceResponse},
     test::{self, TestRequest},
     web, App, HttpResponse,
 };
@@ -41,6 +41,16 @@ fn request(path: &str) -> TestRequest {
         .insert_header(("accept", "application/json"))
         .insert_header(("accept-encoding", "gzip, br"))
         .insert_header(("accept-language", "en"))
+}
+
+/// `request` through `app`, its status checked.
+async fn answered<S, R, B>(app: &S, request: R, status: u16) -> ServiceResponse<B>
+where
+    S: Service<R, Response = ServiceResponse<B>, Error = actix_web::Error>,
+{
+    let response = test::call_service(app, request).await;
+    assert_eq!(response.status().as_u16(), status);
+    response
 }
 
 fn bench(c: &mut Criterion) {
@@ -69,36 +79,25 @@ fn bench(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(3))
         .warm_up_time(Duration::from_secs(1));
     group.bench_function("baseline", |b| {
-        b.to_async(&rt).iter(|| async {
-            let response = bare.call(request("/paid").to_request()).await.unwrap();
-            assert_eq!(response.status().as_u16(), 200);
-            response
-        });
+        b.to_async(&rt)
+            .iter(|| answered(&bare, request("/paid").to_request(), 200));
     });
     group.bench_function("unprotected", |b| {
-        b.to_async(&rt).iter(|| async {
-            let response = layered.call(request("/free").to_request()).await.unwrap();
-            assert_eq!(response.status().as_u16(), 200);
-            response
-        });
+        b.to_async(&rt)
+            .iter(|| answered(&layered, request("/free").to_request(), 200));
     });
     group.bench_function("challenge_402", |b| {
-        b.to_async(&rt).iter(|| async {
-            let response = layered.call(request("/paid").to_request()).await.unwrap();
-            assert_eq!(response.status().as_u16(), 402);
-            response
-        });
+        b.to_async(&rt)
+            .iter(|| answered(&layered, request("/paid").to_request(), 402));
     });
     group.bench_function("paid", |b| {
         b.to_async(&rt).iter_batched(
             // A fresh payment per call (new nonce), as every real one is:
             // the engine's replay guard refuses a second copy.
             || testing::payment(&offer),
-            |header| async {
+            |header| {
                 let paid = request("/paid").insert_header(("payment-signature", header));
-                let response = layered.call(paid.to_request()).await.unwrap();
-                assert_eq!(response.status().as_u16(), 200);
-                response
+                answered(&layered, paid.to_request(), 200)
             },
             BatchSize::SmallInput,
         );

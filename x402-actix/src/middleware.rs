@@ -14,6 +14,7 @@ use actix_web::{
     HttpMessage, HttpRequest, HttpResponse,
 };
 use x402_core::{
+    boxed::boxed,
     engine::{ConfigError, Decision, EngineResponse, Guard, Now, Reply},
     Engine, Route,
 };
@@ -161,15 +162,6 @@ impl<S> fmt::Debug for Paywall<S> {
 
 type LocalBoxFuture<T> = Pin<Box<dyn Future<Output = T> + 'static>>;
 
-/// The future `make` builds, written into a box allocated first.
-/// `Box::pin(future)` builds the future on the stack and then copies all of
-/// it (as many bytes as its largest state: 896 for `handle`'s) into memory
-/// another request used last; built inside `Box::write`, it is written
-/// where it stays. x402-core and x402-tower box their futures the same way.
-fn boxed<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
-    Box::into_pin(Box::write(Box::new_uninit(), make()))
-}
-
 impl<S, B> Service<ServiceRequest> for Paywall<S>
 where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
@@ -196,6 +188,7 @@ where
         // runs on one thread, so the service is shared through an `Rc`
         // rather than cloned and swapped as tower requires (the pattern of
         // actix-session's `SessionMiddleware`).
+        // Built in its box (896 bytes not copied).
         PaywallFuture::Engine {
             future: boxed(|| {
                 handle(

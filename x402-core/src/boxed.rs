@@ -1,4 +1,9 @@
 //! Values and futures boxed where they are built.
+//!
+//! The engine boxes several futures for every paid request, and so do the
+//! adapters that drive it (x402-tower's layer, x402-actix's middleware):
+//! each is built here, in its box, rather than on the stack and then
+//! copied in.
 
 use std::{future::Future, pin::Pin};
 
@@ -19,8 +24,16 @@ pub(crate) fn boxed_value<T>(make: impl FnOnce() -> T) -> Box<T> {
 /// Built in the box, only the captured values are written, and nothing is
 /// copied. Every paid request boxes several such futures, each into memory
 /// that another request used last.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let future = x402_core::boxed::boxed(|| async { 402 });
+/// assert_eq!(future.await, 402);
+/// # }
+/// ```
 #[inline(always)]
-pub(crate) fn boxed<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
+pub fn boxed<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
     Box::into_pin(boxed_value(make))
 }
 

@@ -4,7 +4,7 @@
 pub mod batch;
 pub mod bazaar;
 pub mod boundary;
-mod boxed;
+pub mod boxed;
 #[cfg(any(feature = "http-facilitator", feature = "svm-rpc"))]
 mod capped;
 pub mod challenge;

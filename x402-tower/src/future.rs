@@ -47,19 +47,18 @@ impl<F, B, E> ResponseFuture<F, B, E> {
         }
     }
 
-    /// The future `make` returns, built in its box: `Box::pin(make())`
-    /// would build it on the stack and copy all of it (as many bytes as its
-    /// largest state, about 1 KiB) into the box, where a future not yet
-    /// polled needs only what it captured.
+    /// The future `make` returns, built in its box (x402-core's
+    /// [`boxed`](x402_core::boxed::boxed): about 1 KiB not copied).
     #[inline(always)]
     pub(crate) fn engine<G, Fut>(make: G) -> Self
     where
         G: FnOnce() -> Fut,
         Fut: Future<Output = Result<Response<PaywallBody<B>>, E>> + Send + 'static,
     {
-        let future: Pin<Box<Fut>> = Box::into_pin(Box::write(Box::new_uninit(), make()));
         Self {
-            kind: Kind::Engine { future },
+            kind: Kind::Engine {
+                future: x402_core::boxed::boxed(make),
+            },
         }
     }
 }
