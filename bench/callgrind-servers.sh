@@ -15,9 +15,11 @@
 #
 # The session paths too, when named (they need Redis at REDIS_URL):
 # session-floor (one Redis redemption from a bare handler),
-# session-engine (the example's engine alone in front of a bare handler,
-# on sessions it opened as the floor does) and session-redis (the example
-# redeeming from Redis). Both runs of a server
+# session-layer (the least a paywall layer inside axum's router does:
+# one redemption, the calls left handed to the handler), session-engine
+# (the example's engine alone in front of a bare handler, on sessions it
+# opened as the floor does) and session-redis (the example redeeming from
+# Redis). Both runs of a server
 # open or buy the same sessions (30, and 3 to warm up), so what differs
 # between them is redemptions alone. Counted over the whole process, as it
 # was before, the example's count varied by several thousand instructions
@@ -27,7 +29,7 @@
 #
 # Knobs: SERVERS="http-floor paid-http-engine paid-http-noprecheck paid-http
 # paid-http-newpayers http-peer" (any of them, and session-floor
-# session-engine session-redis; paid-http-newpayers recovers
+# session-layer session-engine session-redis; paid-http-newpayers recovers
 # every payment's signer, BENCH_KNOWN_PAYERS=0), SMALL=300, LARGE=1500 (at
 # most 2 970 for the session paths), CONNECTIONS=8, REDIS_URL,
 # SKIP_PEER=1, CACHE_SIM=1 (below), KEEP=DIR (keeps each run's callgrind output there, as
@@ -93,7 +95,7 @@ count() {
     local warm=(--mode paid --path /exact/evm/eip3009 --seed $((SEED + 100)))
     local load=(--mode paid --path /exact/evm/eip3009 --seed $((SEED + 200)))
     case "$name" in
-        session-floor|session-engine|session-redis)
+        session-floor|session-layer|session-engine|session-redis)
             redis=(REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}" BENCH_SESSIONS=33)
             warm=(--mode session --path /session/demo --seed "$SEED")
             load=("${warm[@]}")
@@ -168,7 +170,7 @@ else
     printf '%-22s %14s\n' server "Ir/request"
 fi
 for name in http-floor paid-http-engine paid-http-noprecheck paid-http paid-http-newpayers http-peer \
-    session-floor session-engine session-redis; do
+    session-floor session-layer session-engine session-redis; do
     [[ "$SERVERS" == *" $name "* ]] || continue
     [ "$name" = http-peer ] && [ -z "$PEER" ] && continue
     small=($(count "$name" "$SMALL"))

@@ -29,7 +29,7 @@
 #                    (GET /batch/evm) or session (GET /session/demo on
 #                    Redis at REDIS_URL, the in-process facilitator selling
 #                    SESSIONS_PER sessions of 99 calls before each slice; a
-#                    session-floor or session-engine server opens as many a
+#                    session-floor, session-engine or session-layer server opens as many a
 #                    turn at start and each slice redeems its own share)
 #   SESSIONS_PER=1000
 #   SLICES=10        turns
@@ -117,7 +117,7 @@ for turn in $(seq 1 "$SLICES"); do
     fi
     for name in "${order[@]}"; do
         args=("${LOAD_ARGS[@]}")
-        if [ "${MODE[$name]}" = session-floor ] || [ "${MODE[$name]}" = session-engine ]; then
+        if [ "${MODE[$name]}" = session-floor ] || [ "${MODE[$name]}" = session-engine ] || [ "${MODE[$name]}" = session-layer ]; then
             args=(--mode session --path /session/demo --tokens-from /__bench/sessions
                 --tokens-skip $(( (turn - 1) * SESSIONS_PER )) --tokens-take "$SESSIONS_PER")
         fi

@@ -47,6 +47,15 @@
 //!   does, so that the two redeem the same sessions the same way; between
 //!   the floor and `paid-api`, it shows what the engine costs and what the
 //!   example around it does.
+//! - `session-layer`: the least a paywall layer inside axum's router does
+//!   for a session call, as a measure of what any such layer costs: a
+//!   hand-written tower layer (`Router::layer`, as the example's paywall)
+//!   that reads and hashes the token, makes the floor's one Redis
+//!   redemption, puts the calls left in the request's extensions for the
+//!   handler (`axum::Extension`) and in the response's
+//!   `X-PAYMENT-SESSION-REMAINING`. No route table, no hooks, no body held
+//!   until the call is kept. It opens and lists its sessions as
+//!   `session-floor` does.
 //!
 //! `paid-api` with `FACILITATOR_URL` set runs the example against that
 //! facilitator (and funds no dev-ledger payers: there is no dev ledger).
@@ -275,6 +284,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .route(SESSIONS_PATH, sessions_route(listed, calls));
             serve(listener, router).await?;
         }
+        "session-layer" => {
+            let url = std::env::var("REDIS_URL").map_err(|_| "session-layer needs REDIS_URL")?;
+            let store = Arc::new(RedisSessionStore::connect(&url).await?);
+            let (listed, calls) = open_sessions(&store).await?;
+            let router = Router::new()
+                .route("/session/demo", get(layer_session_body))
+                .layer(SessionLayer(store))
+                .route(SESSIONS_PATH, sessions_route(listed, calls));
+            serve(listener, router).await?;
+        }
         "paid-http-floor" => {
             let url = std::env::var("FACILITATOR_URL")
                 .map_err(|_| "paid-http-floor needs FACILITATOR_URL")?;
@@ -356,7 +375,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         other => {
             return Err(format!(
-                "usage: bench-server baseline|challenge-floor|session-floor|session-engine|paid-http-floor|paid-http-engine|paid-api (got {other:?})"
+                "usage: bench-server baseline|challenge-floor|session-floor|session-layer|session-engine|paid-http-floor|paid-http-engine|paid-api (got {other:?})"
             )
             .into());
         }
@@ -395,6 +414,91 @@ fn sessions_route(listed: String, calls: u64) -> axum::routing::MethodRouter {
         let listed = listed.clone();
         async move { ([(X_PAYMENT_SESSION_REMAINING, calls.to_string())], listed) }
     })
+}
+
+/// The least a paywall layer inside axum's router does for a session call:
+/// the token read and hashed, one Redis redemption, the calls left put in
+/// the request's extensions for the handler and in the response's headers.
+/// No route table, no hooks, no body held.
+#[derive(Clone)]
+struct SessionLayer(Arc<RedisSessionStore>);
+
+/// What [`SessionLayer`] tells the handler: the calls left.
+#[derive(Clone, Copy)]
+struct SessionPaid(u64);
+
+/// `session-layer`'s handler: paid-api's session body, run counted.
+async fn layer_session_body(
+    axum::Extension(SessionPaid(remaining)): axum::Extension<SessionPaid>,
+) -> Json<Value> {
+    Json(paid_api_common::session_call_body(
+        Some(remaining),
+        RUNS.count(PaidRoute::Session),
+    ))
+}
+
+/// The service [`SessionLayer`] wraps a route in.
+#[derive(Clone)]
+struct SessionService<S> {
+    inner: S,
+    store: Arc<RedisSessionStore>,
+}
+
+impl<S> tower::Layer<S> for SessionLayer {
+    type Service = SessionService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        SessionService {
+            inner,
+            store: Arc::clone(&self.0),
+        }
+    }
+}
+
+impl<S> tower::Service<axum::extract::Request> for SessionService<S>
+where
+    S: tower::Service<axum::extract::Request, Response = Response> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Response, S::Error>> + Send + 'static>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: axum::extract::Request) -> Self::Future {
+        let token = request
+            .headers()
+            .get(X_PAYMENT_SESSION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(SessionToken::parse)
+            .map(|token| token.hash());
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let store = Arc::clone(&self.store);
+        Box::pin(async move {
+            let Some(token) = token else {
+                return Ok(StatusCode::PAYMENT_REQUIRED.into_response());
+            };
+            let remaining = match store.redeem(&token, "demo", unix_now()).await {
+                Ok(Redemption::Redeemed { remaining }) => remaining,
+                _ => return Ok(StatusCode::INTERNAL_SERVER_ERROR.into_response()),
+            };
+            request.extensions_mut().insert(SessionPaid(remaining));
+            let mut response = inner.call(request).await?;
+            response
+                .headers_mut()
+                .insert(X_PAYMENT_SESSION_REMAINING, remaining.into());
+            Ok(response)
+        })
+    }
 }
 
 /// The facilitator path's floor: the two calls and nothing else.
