@@ -21,7 +21,12 @@ fn find(path: &str, template: Option<&str>) -> Lookup<String> {
 
 fn find_as(method: &Method, path: &str, template: Option<&str>) -> Lookup<String> {
     let routes = routes();
-    match lookup(&routes, |r| r, method, path, template, None) {
+    named(lookup(&routes, |r| r, method, path, template, None))
+}
+
+/// A lookup's route by its pattern.
+fn named(found: Lookup<&Route>) -> Lookup<String> {
+    match found {
         Lookup::Free => Lookup::Free,
         Lookup::Protected(r) => Lookup::Protected(r.pattern().to_owned()),
         Lookup::Ambiguous(r) => Lookup::Ambiguous(r.pattern().to_owned()),
@@ -520,4 +525,61 @@ fn a_full_memo_answers_as_none() {
         find_remembered(&memo, &Method::GET, "/x", Some("/jobs/{id}/run")),
         Lookup::Free
     );
+}
+
+/// Paths built from the bytes that change how routers read a path, in
+/// any order: separators at either end or doubled, dots, escapes,
+/// backslashes, capitals.
+fn any_path() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop::sample::select(vec![
+            "/", "/", "/", "a", "report", "weather", "files", "Report", ".", "..", "%2e", "%2F",
+            "%5c", "\\", "x", "42",
+        ]),
+        0..10,
+    )
+    .prop_map(|parts| parts.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4096))]
+
+    /// The shortcut for paths with one reading finds what working out
+    /// every reading finds, for every method.
+    #[test]
+    fn plain_paths_find_what_every_reading_finds(
+        path in prop_oneof![path(), any_path()],
+        method in prop::sample::select(vec![Method::GET, Method::POST, Method::HEAD]),
+    ) {
+        let routes = routes();
+        let found = named(lookup(&routes, |r| r, &method, &path, None, None));
+        let worked_out = named(by_readings(&routes, |r| r, &method, &path));
+        prop_assert_eq!(found, worked_out, "{} {}", method, path);
+    }
+}
+
+#[test]
+fn the_shortcut_takes_only_paths_with_one_reading() {
+    fn plain(path: &str) -> Option<Vec<&str>> {
+        plain_segments(path).map(Iterator::collect)
+    }
+    assert_eq!(plain("/weather/paris"), Some(vec!["weather", "paris"]));
+    assert_eq!(plain("/weather/paris//"), Some(vec!["weather", "paris"]));
+    assert_eq!(plain("report"), Some(vec!["report"]));
+    for path in [
+        "",
+        "/",
+        "//",
+        "//report",
+        "/weather//paris",
+        "/weather/./paris",
+        "/weather/..",
+        "/Weather/paris",
+        "/weather/a%2Fb",
+        "/weather\\paris",
+        "/./",
+        ".",
+    ] {
+        assert_eq!(plain(path), None, "{path:?}");
+    }
 }

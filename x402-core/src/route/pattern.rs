@@ -122,23 +122,26 @@ impl PathPattern {
     /// binding parameters. A parameter takes any one segment, even an empty
     /// one.
     pub(crate) fn covers(&self, segs: &[Cow<'_, str>]) -> bool {
-        let mut i = 0;
+        self.covers_each(segs.iter())
+    }
+
+    /// [`covers`](Self::covers), the segments taken one by one.
+    pub(crate) fn covers_each<S: AsRef<str>>(&self, mut segs: impl Iterator<Item = S>) -> bool {
         for seg in &self.segments {
             match seg {
-                Segment::Literal(l) => match segs.get(i) {
-                    Some(s) if s.as_ref() == l.as_str() => i += 1,
+                Segment::Literal(l) => match segs.next() {
+                    Some(s) if s.as_ref() == l.as_str() => {}
                     _ => return false,
                 },
                 Segment::Param(_) => {
-                    if i >= segs.len() {
+                    if segs.next().is_none() {
                         return false;
                     }
-                    i += 1;
                 }
                 Segment::Rest(_) => return true,
             }
         }
-        i == segs.len()
+        segs.next().is_none()
     }
 
     /// Matches a request path, returning the bound parameters.
