@@ -30,9 +30,9 @@ pub fn axum(config: Config) -> Pin<Box<dyn Future<Output = Running> + Send>> {
     Box::pin(async move {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let config = config.bound_to(listener.local_addr().unwrap());
-        let (router, state) = paid_api::app(config).await.unwrap();
+        let (app, state) = paid_api::app(config).await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        (base, tokio::spawn(paid_api::serve(listener, router, state)))
+        (base, tokio::spawn(paid_api::serve(listener, app, state)))
     })
 }
 

@@ -55,13 +55,13 @@ fn config(chain: &BatchChain, batch: BatchConfig, redis: Option<String>) -> Conf
 async fn start(config: Config) -> Seller {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let config = config.bound_to(listener.local_addr().unwrap());
-    let (router, state) = paid_api::app(config).await.unwrap();
+    let (app, state) = paid_api::app(config).await.unwrap();
     assert!(
         state.batch_enabled(),
         "the facilitator lists batch-settlement"
     );
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let serve = paid_api::serve(listener, router, state.clone());
+    let serve = paid_api::serve(listener, app, state.clone());
     let task = tokio::spawn(async move {
         let _ = serve.await;
     });

@@ -36,9 +36,9 @@ fn config() -> Config {
 async fn axum() -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let config = config().bound_to(listener.local_addr().unwrap());
-    let (router, state) = paid_api::app(config).await.unwrap();
+    let (app, state) = paid_api::app(config).await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let task = tokio::spawn(paid_api::serve(listener, router, state.clone()));
+    let task = tokio::spawn(paid_api::serve(listener, app, state.clone()));
     Server {
         base,
         _state: state,

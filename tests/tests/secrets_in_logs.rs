@@ -322,8 +322,8 @@ fn axum(config: Config) -> Pin<Box<dyn Future<Output = Server> + Send>> {
     Box::pin(async move {
         let listener = tokio::net::TcpListener::bind(config.addr()).await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let (router, state) = paid_api::app(config.bound_to(addr)).await.unwrap();
-        let task = tokio::spawn(paid_api::serve(listener, router, state.clone()));
+        let (app, state) = paid_api::app(config.bound_to(addr)).await.unwrap();
+        let task = tokio::spawn(paid_api::serve(listener, app, state.clone()));
         Server {
             addr,
             debug: format!("{state:?}"),

@@ -10,12 +10,12 @@ async fn main() -> Result<(), paid_api::Error> {
     let config = paid_api::Config::from_env()?;
     let listener = tokio::net::TcpListener::bind(config.addr()).await?;
     let config = config.bound_to(listener.local_addr()?);
-    let (router, state) = paid_api::app(config).await?;
+    let (app, state) = paid_api::app(config).await?;
     // The upstream e2e harness waits for this line.
     writeln!(
         std::io::stdout(),
         "Server listening on http://{}",
         listener.local_addr()?
     )?;
-    paid_api::serve(listener, router, state).await
+    paid_api::serve(listener, app, state).await
 }

@@ -33,8 +33,8 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let addr = listener.local_addr()?;
     let base = format!("http://{addr}");
     let config = Config::dev().bound_to(addr);
-    let (router, state) = paid_api::app(config).await?;
-    let server = tokio::spawn(paid_api::serve(listener, router, state.clone()));
+    let (app, state) = paid_api::app(config).await?;
+    let server = tokio::spawn(paid_api::serve(listener, app, state.clone()));
     writeln!(
         out,
         "Server listening on {base} (dev ledger: offline, fake testnet USDC)"

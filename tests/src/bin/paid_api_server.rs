@@ -114,19 +114,23 @@ async fn main() {
     };
     let listener = tokio::net::TcpListener::bind(config.addr()).await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let (router, state) = match paid_api::app(config.bound_to(addr)).await {
-        Ok(app) => app,
+    let (router, engine, state) = match paid_api::router(&config.bound_to(addr)).await {
+        Ok(parts) => parts,
         Err(e) => {
             eprintln!("paid_api_server: {e}");
             std::process::exit(1);
         }
     };
-    let router = router.route(
-        "/test/handler-runs",
-        get(move || {
-            let runs = handler_runs.load(Ordering::SeqCst);
-            async move { runs.to_string() }
-        }),
+    // The example's app, with one more free route behind its paywall.
+    let app = paid_api::paywalled(
+        router.route(
+            "/test/handler-runs",
+            get(move || {
+                let runs = handler_runs.load(Ordering::SeqCst);
+                async move { runs.to_string() }
+            }),
+        ),
+        engine,
     );
     println!("LISTENING http://{addr}");
 
@@ -142,5 +146,5 @@ async fn main() {
         }
     });
 
-    paid_api::serve(listener, router, state).await.unwrap();
+    paid_api::serve(listener, app, state).await.unwrap();
 }

@@ -348,7 +348,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             // BENCH_KNOWN_PAYERS=0: every payment's signer recovered, as for
             // a server whose every payer is new.
             config.precheck_known_payers = known_payers();
-            let (router, state) = paid_api::app(config).await?;
+            let (router, engine, state) = paid_api::router(&config).await?;
             let payers: u64 = env_or("BENCH_PAYERS", 64);
             let seed: u64 = env_or("BENCH_SEED", 402);
             let remote = std::env::var_os("FACILITATOR_URL").is_some();
@@ -368,10 +368,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 local_precheck(),
                 known_payers()
             );
-            let router = router.route(ALLOCATIONS_PATH, get(allocations));
+            // The counter goes behind the paywall with the example's own
+            // free routes, so the app is served as paid_api::app builds it.
+            let app = paid_api::paywalled(router.route(ALLOCATIONS_PATH, get(allocations)), engine);
             announce(addr)?;
             // paid_api::serve stops on SIGTERM / ctrl-c as well.
-            paid_api::serve(listener, router, state).await?;
+            paid_api::serve(listener, app, state).await?;
         }
         other => {
             return Err(format!(
