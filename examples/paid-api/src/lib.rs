@@ -6,8 +6,8 @@
 //! [`Config`], the payment engine ([`paid_api_common::engine`]: facilitator,
 //! route table, stores, webhooks), the [`AppState`] handles and the JSON
 //! each handler answers. This crate only adds the axum side: the handlers,
-//! [`x402_axum::PaywallLayer`] in front of them, the discovery and
-//! `/metrics` routes, and [`serve`], which follows the server contract
+//! the discovery and `/metrics` routes, [`x402_axum::PaywallLayer`] around
+//! them all ([`paywalled`]), and [`serve`], which follows the server contract
 //! (`DESIGN.md` §9). The actix-web twin, `examples/paid-api-actix`, wraps the
 //! same engine: one route table, two frameworks.
 //!
@@ -109,13 +109,13 @@ pub async fn router(config: &Config) -> Result<(Router, Engine, AppState), Error
 ///
 /// Around the router rather than inside it (`Router::layer`, which wraps
 /// each route once more): axum then clones and boxes no layered route
-/// service per call, which a handler holding state makes an allocation
-/// each. A session call costs this example four allocations and about
-/// 1 000 instructions fewer this way, and it ran 4 % faster; a paid
-/// request 6 % (BENCHMARKS.md, "The paywall around the router"). A path the router
-/// does not serve but some reading of which a route prices (a capital
-/// letter, an escape) is challenged rather than left to the router's 404;
-/// paid, the handler's 404 is not charged.
+/// service for each call, a clone that allocates when the handlers hold
+/// state. A session call costs this example four allocations and about
+/// 1 000 instructions fewer this way and ran 4 % faster, a paid request
+/// 6 % (BENCHMARKS.md, "The paywall around the router"). A path the
+/// router does not serve but some reading of which a route prices (a
+/// capital letter, an escape) is challenged rather than left to the
+/// router's 404; paid, the handler's 404 is not charged.
 pub fn paywalled(router: Router, engine: Engine) -> App {
     let paywall = PaywallLayer::new(engine).layer(router);
     ServiceExt::<Request>::map_response(paywall, into_axum as fn(_) -> _)
