@@ -38,7 +38,11 @@ use x402_tower::{Dispatch, Paywall};
 /// its paid requests 6 %.
 /// Around the router the engine matches the path alone, so a path the
 /// router would not serve but some reading of which a route prices is
-/// challenged rather than left to the router's 404.
+/// challenged rather than left to the router's 404. `axum::serve` takes
+/// the paywalled router once its responses are mapped to axum's body
+/// (`response.map(axum::body::Body::new)`, with `tower::ServiceExt::map_response`)
+/// and it is made a service maker (`axum::ServiceExt::into_make_service`);
+/// `examples/paid-api`'s `paywalled` does both.
 ///
 /// ```
 /// use axum::{routing::get, Router};
