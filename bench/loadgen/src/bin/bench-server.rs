@@ -98,8 +98,8 @@ use paid_api_common::{PaidRoute, Runs};
 use serde_json::Value;
 use tower::ServiceExt;
 use x402_core::session::{
-    Redemption, RedisSessionStore, SessionRecord, SessionStore, SessionToken, X_PAYMENT_SESSION,
-    X_PAYMENT_SESSION_REMAINING,
+    Redemption, RedisSessionStore, SessionRecord, SessionStore, SessionToken, TokenHash,
+    X_PAYMENT_SESSION, X_PAYMENT_SESSION_REMAINING,
 };
 use x402_loadgen::{
     counting::Counting, env_or, payer, stop_signal, ALLOCATIONS_PATH, LISTENING, SESSIONS_PATH,
@@ -231,14 +231,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .route(
                     "/session/demo",
                     get(move |headers: HeaderMap| {
-                        // What any redemption does first: the buyer's token
-                        // read from its header and hashed. The request is
-                        // let go before the store call, as a bare handler's.
-                        let token = headers
-                            .get(X_PAYMENT_SESSION)
-                            .and_then(|v| v.to_str().ok())
-                            .and_then(SessionToken::parse)
-                            .map(|token| token.hash());
+                        // The request is let go before the store call, as
+                        // a bare handler's.
+                        let token = sent_token(&headers);
                         drop(headers);
                         let store = Arc::clone(&store);
                         async move {
@@ -409,6 +404,16 @@ async fn open_sessions(
     Ok((listed, calls))
 }
 
+/// What any redemption does first, as `session-floor` and `session-layer`
+/// do it: the buyer's token read from its header and hashed.
+fn sent_token(headers: &HeaderMap) -> Option<TokenHash> {
+    headers
+        .get(X_PAYMENT_SESSION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(SessionToken::parse)
+        .map(|token| token.hash())
+}
+
 /// `GET /__bench/sessions`: the tokens [`open_sessions`] listed, with the
 /// calls each has in `X-PAYMENT-SESSION-REMAINING`.
 fn sessions_route(listed: String, calls: u64) -> axum::routing::MethodRouter {
@@ -476,12 +481,7 @@ where
     }
 
     fn call(&mut self, mut request: axum::extract::Request) -> Self::Future {
-        let token = request
-            .headers()
-            .get(X_PAYMENT_SESSION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(SessionToken::parse)
-            .map(|token| token.hash());
+        let token = sent_token(request.headers());
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let store = Arc::clone(&self.store);
