@@ -108,8 +108,19 @@ impl SessionToken {
     }
 
     /// The hash of a token sent by a buyer, as [`parse`](Self::parse) then
-    /// [`hash`](Self::hash) give it, without copying the token.
-    pub(crate) fn hash_sent(s: &str) -> Option<TokenHash> {
+    /// [`hash`](Self::hash) give it, without copying the token: what a
+    /// store is asked for when a buyer sends `X-PAYMENT-SESSION`. `None`
+    /// unless it is 64 hex digits (surrounding whitespace aside).
+    ///
+    /// ```
+    /// use x402_core::session::SessionToken;
+    ///
+    /// let token = SessionToken::generate();
+    /// let sent = token.expose().to_uppercase();
+    /// assert_eq!(SessionToken::hash_sent(&sent), Some(token.hash()));
+    /// assert_eq!(SessionToken::hash_sent("not a token"), None);
+    /// ```
+    pub fn hash_sent(s: &str) -> Option<TokenHash> {
         let s = s.trim();
         if !Self::well_formed(s) {
             return None;

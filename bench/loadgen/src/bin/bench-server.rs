@@ -410,8 +410,7 @@ fn sent_token(headers: &HeaderMap) -> Option<TokenHash> {
     headers
         .get(X_PAYMENT_SESSION)
         .and_then(|v| v.to_str().ok())
-        .and_then(SessionToken::parse)
-        .map(|token| token.hash())
+        .and_then(SessionToken::hash_sent)
 }
 
 /// `GET /__bench/sessions`: the tokens [`open_sessions`] listed, with the
