@@ -25,7 +25,8 @@ macro_rules! conformance_tests {
                 s13_settle_before_handler,
                 s14_dynamic_pricing,
                 s15_path_spellings_and_head,
-                s16_public_origin_whatever_the_host
+                s16_public_origin_whatever_the_host,
+                s32_no_shared_cache_keeps_a_paid_response
             ];
             capabilities: [
                 s17_upto_meter_handle,

@@ -64,6 +64,7 @@ pub struct TestHandler {
     calls: AtomicUsize,
     mode: AtomicU8,
     usage: Mutex<Usage>,
+    cache_control: Mutex<Option<&'static str>>,
     events: EventLog,
 }
 
@@ -73,6 +74,7 @@ impl TestHandler {
             calls: AtomicUsize::new(0),
             mode: AtomicU8::new(HandlerMode::Json as u8),
             usage: Mutex::new(Usage::Nothing),
+            cache_control: Mutex::new(None),
             events,
         })
     }
@@ -80,6 +82,11 @@ impl TestHandler {
     /// What the next calls report as their cost.
     pub fn set_usage(&self, usage: Usage) {
         *self.usage.lock().unwrap() = usage;
+    }
+
+    /// The `Cache-Control` the next responses carry (`None`: none).
+    pub fn set_cache_control(&self, value: Option<&'static str>) {
+        *self.cache_control.lock().unwrap() = value;
     }
 
     pub fn set_mode(&self, mode: HandlerMode) {
@@ -128,6 +135,11 @@ impl TestHandler {
         meter: Option<&Meter>,
     ) -> Response<Body> {
         let mut response = self.answer(method, path, payment, meter);
+        if let Some(value) = *self.cache_control.lock().unwrap() {
+            response
+                .headers_mut()
+                .insert(http::header::CACHE_CONTROL, value.parse().unwrap());
+        }
         match self.usage.lock().unwrap().clone() {
             Usage::Nothing => {}
             Usage::Meter(n) => match meter {

@@ -30,6 +30,7 @@ pub const SCENARIOS: &[&str] = &[
     "s14_dynamic_pricing",
     "s15_path_spellings_and_head",
     "s16_public_origin_whatever_the_host",
+    "s32_no_shared_cache_keeps_a_paid_response",
 ];
 
 /// The requirement `/paid` must offer.
@@ -103,6 +104,7 @@ pub(crate) fn assert_challenge(reply: &Reply, error: &str) {
     assert_no_null(&v1, "body");
     assert!(!reply.leaks_secret());
     assert_exposes(reply);
+    assert_eq!(reply.header("cache-control"), Some("no-store"));
 }
 
 /// A 5xx with exactly `{"error": reason}` and nothing from the facilitator.
@@ -570,6 +572,7 @@ pub async fn s13_settle_before_handler<A: Adapter>() {
     let receipt = reply.decoded("payment-response").expect("receipt");
     assert_eq!(receipt["success"], true);
     assert_eq!(receipt["transaction"], TX_HASH);
+    assert_eq!(reply.header("cache-control"), Some("private"));
     assert_eq!(f.events.events(), ["verify", "settle", "handler"]);
     f.handler.assert_calls(1);
     f.standin.assert_calls(1, 1);
@@ -705,4 +708,61 @@ pub async fn s16_public_origin_whatever_the_host<A: Adapter>() {
     }
     f.handler.assert_calls(2);
     f.standin.assert_calls(2, 2);
+}
+
+/// Scenario 32. No shared cache in front of the seller may keep what was
+/// paid for, whatever the handler said: a paid response leaves `private`
+/// (merged into the handler's own `Cache-Control`), every 402 `no-store`;
+/// a free response and a handler's error (not charged) leave as the
+/// handler made them.
+pub async fn s32_no_shared_cache_keeps_a_paid_response<A: Adapter>() {
+    let f = Fixture::new::<A>().await;
+    let cached = |reply: &Reply| reply.header("cache-control").map(str::to_owned);
+    assert_eq!(cached(&f.get("/paid", &[]).await), Some("no-store".into()));
+
+    for (handler, paid) in [
+        (None, "private"),
+        (
+            Some("public, max-age=60, s-maxage=600"),
+            "max-age=60, private",
+        ),
+        (
+            Some("max-age=5, must-revalidate"),
+            "max-age=5, must-revalidate, private",
+        ),
+        (Some("no-store"), "no-store"),
+        (Some("private, max-age=9"), "private, max-age=9"),
+    ] {
+        f.handler.set_cache_control(handler);
+        for reply in [f.pay_v2("/paid").await, f.pay_v1("/paid").await] {
+            reply.assert_status(200);
+            assert_eq!(reply.json()["secret"], crate::SECRET);
+            assert_eq!(cached(&reply).as_deref(), Some(paid), "handler {handler:?}");
+        }
+    }
+    f.handler.assert_calls(10);
+    f.standin.assert_calls(10, 10);
+
+    let public = "public, max-age=60";
+    f.handler.set_cache_control(Some(public));
+    let free = f.get("/free", &[]).await;
+    free.assert_status(200);
+    assert_eq!(cached(&free).as_deref(), Some(public));
+
+    f.handler.set_mode(HandlerMode::Error500);
+    let failed = f.pay_v2("/paid").await;
+    failed.assert_status(500);
+    assert_eq!(
+        cached(&failed).as_deref(),
+        Some(public),
+        "not charged, not changed"
+    );
+
+    f.handler.set_mode(HandlerMode::Json);
+    f.standin
+        .set_settle(SettleMode::Refuse("insufficient_funds".into()));
+    let refused = f.pay_v2("/paid").await;
+    assert_challenge(&refused, "insufficient_funds");
+    f.handler.assert_calls(13);
+    f.standin.assert_calls(12, 11);
 }

@@ -72,6 +72,7 @@ fn assert_redeemed(reply: &Reply, remaining: u64) {
     );
     assert!(reply.header("payment-response").is_none(), "no settlement");
     assert_exposes(reply);
+    assert_eq!(reply.header("cache-control"), Some("private"));
 }
 
 /// Scenario 19. A session bought with one payment (the opening call is the
@@ -100,6 +101,7 @@ pub async fn s19_session_lifecycle<A: Adapter>() {
         Some((SESSION_CALLS - 1).to_string().as_str())
     );
     assert_exposes(&opened);
+    assert_eq!(opened.header("cache-control"), Some("private"));
     assert_eq!(
         f.standin.settle_requests()[0]["paymentRequirements"],
         row,

@@ -591,6 +591,10 @@ impl Engine {
             HeaderValue::from_static("application/json"),
         );
         response::expose(headers);
+        headers.insert(
+            http::header::CACHE_CONTROL,
+            HeaderValue::from_static("no-store"),
+        );
         headers.extend(receipt_headers(&json));
         response
     }

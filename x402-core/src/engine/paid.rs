@@ -279,6 +279,12 @@ impl PaidRequest {
     /// the handler's response is replaced. `Settlement-Overrides` is always
     /// removed from `headers`.
     ///
+    /// A response delivered as paid for (a status under 400, or any status
+    /// on a route that settled before its handler) is made one no shared
+    /// cache may keep: `Cache-Control: private` is added, or merged into
+    /// the handler's own (`public, max-age=60` becomes `max-age=60,
+    /// private`; `no-store` or `private` is left as it is).
+    ///
     /// Takes the request boxed, as [`Decision::Paid`](super::Decision::Paid)
     /// hands it over: the settlement's future then holds a pointer, not the
     /// request.
@@ -292,6 +298,7 @@ impl PaidRequest {
             Kind::Settled(receipt) => {
                 self.finished = true;
                 response::expose(headers);
+                response::keep_private(headers);
                 std::mem::take(receipt).add_to(headers);
                 if let Some(held) = self.identifier.take() {
                     Box::pin(held.record(status, headers.clone())).await;
@@ -300,6 +307,9 @@ impl PaidRequest {
             }
             Kind::Spent => {
                 self.finished = true;
+                if !(status.is_client_error() || status.is_server_error()) {
+                    response::keep_private(headers);
+                }
                 return Completion::Deliver;
             }
             Kind::Payment(_) | Kind::Session { .. } | Kind::Batch(_) => {}
@@ -308,6 +318,9 @@ impl PaidRequest {
             self.cancel(CancelReason::HandlerFailed(status)).await;
             return Completion::Deliver;
         }
+        // Paid for: delivered to its buyer only, never from a shared cache
+        // to the next caller (replaced if settlement fails).
+        response::keep_private(headers);
         if let Kind::Batch(call) = &self.kind {
             let charge = match charge(
                 &self.payment,

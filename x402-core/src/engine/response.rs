@@ -219,6 +219,89 @@ pub(crate) fn expose(headers: &mut HeaderMap) {
     headers.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, EXPOSE_HEADERS);
 }
 
+const PRIVATE: HeaderValue = HeaderValue::from_static("private");
+
+/// Makes a paid response one that no shared cache may store: a cache in
+/// front of the seller (a CDN, a reverse proxy) keys a `GET` on its URL
+/// alone, so a paid body it kept would be served to the next caller, paid
+/// or not. The buyer's own cache may keep it, for as long as the handler
+/// said.
+///
+/// No `Cache-Control`: `private`. One that already has an unqualified
+/// `private` or `no-store`: left as it is. Otherwise the handler's
+/// directives are kept but `public` and `s-maxage` (which only shared
+/// caches read), and `private` is added: `public, max-age=60` becomes
+/// `max-age=60, private`. A value that is not text is replaced by
+/// `private`.
+pub(crate) fn keep_private(headers: &mut HeaderMap) {
+    let merged = {
+        let mut values = headers.get_all(header::CACHE_CONTROL).iter().peekable();
+        if values.peek().is_none() {
+            headers.insert(header::CACHE_CONTROL, PRIVATE);
+            return;
+        }
+        let mut merged = String::new();
+        for value in values {
+            let Ok(text) = value.to_str() else {
+                merged.clear();
+                break;
+            };
+            for directive in directives(text) {
+                let (name, argument) = match directive.split_once('=') {
+                    Some((name, argument)) => (name.trim_end(), Some(argument)),
+                    None => (directive, None),
+                };
+                let is = |n: &str| name.eq_ignore_ascii_case(n);
+                if argument.is_none() && (is("private") || is("no-store")) {
+                    return;
+                }
+                if is("public") || is("s-maxage") {
+                    continue;
+                }
+                merged.push_str(directive);
+                merged.push_str(", ");
+            }
+        }
+        merged.push_str("private");
+        merged
+    };
+    // Built from header values and ASCII: always a header value.
+    let value = HeaderValue::try_from(merged).unwrap_or(PRIVATE);
+    headers.insert(header::CACHE_CONTROL, value);
+}
+
+/// The directives of a `Cache-Control` value, trimmed, empty ones left
+/// out: split at the commas outside quoted strings (`private="a, b"` is one
+/// directive). A last directive whose quoted string is never closed is left
+/// out too: whatever came after it would be read as inside it.
+fn directives(value: &str) -> impl Iterator<Item = &str> {
+    let mut rest = value;
+    std::iter::from_fn(move || loop {
+        if rest.is_empty() {
+            return None;
+        }
+        let (mut quoted, mut escaped) = (false, false);
+        let end = rest
+            .char_indices()
+            .find(|&(_, c)| {
+                match c {
+                    _ if escaped => escaped = false,
+                    '\\' if quoted => escaped = true,
+                    '"' => quoted = !quoted,
+                    ',' if !quoted => return true,
+                    _ => {}
+                }
+                false
+            })
+            .map_or(rest.len(), |(i, _)| i);
+        let directive = rest[..end].trim();
+        rest = rest.get(end + 1..).unwrap_or("");
+        if !directive.is_empty() && !quoted {
+            return Some(directive);
+        }
+    })
+}
+
 /// The response when a paid handler failed without a usable response (its
 /// body errored): 500, opaque, nothing charged.
 pub fn handler_failed_response() -> EngineResponse {
@@ -232,4 +315,104 @@ pub(crate) fn invalid_override_response() -> EngineResponse {
         StatusCode::INTERNAL_SERVER_ERROR,
         "invalid_settlement_override",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The `Cache-Control` a paid response leaves with, from the handler's
+    /// values.
+    fn kept_private(handler: &[&[u8]]) -> Vec<Vec<u8>> {
+        let mut headers = HeaderMap::new();
+        for value in handler {
+            let value = HeaderValue::from_bytes(value).expect("a header value");
+            headers.append(header::CACHE_CONTROL, value);
+        }
+        keep_private(&mut headers);
+        headers
+            .get_all(header::CACHE_CONTROL)
+            .iter()
+            .map(|v| v.as_bytes().to_vec())
+            .collect()
+    }
+
+    /// `Cache-Control` values, one per header line.
+    type Values<'a> = &'a [&'a [u8]];
+
+    #[test]
+    fn a_paid_response_is_private_to_its_buyer() {
+        let cases: &[(Values<'_>, Values<'_>)] = &[
+            (&[], &[b"private"]),
+            (&[b"max-age=60"], &[b"max-age=60, private"]),
+            (&[b"public, max-age=60"], &[b"max-age=60, private"]),
+            (
+                &[b"public", b"max-age=5, S-MAXAGE=100, must-revalidate"],
+                &[b"max-age=5, must-revalidate, private"],
+            ),
+            (&[b"no-store"], &[b"no-store"]),
+            (&[b"Private, max-age=9"], &[b"Private, max-age=9"]),
+            (&[b"public", b"no-store"], &[b"public", b"no-store"]),
+            // Qualified, `private` covers only the fields it names.
+            (
+                &[b"private=\"set-cookie\", max-age=5"],
+                &[b"private=\"set-cookie\", max-age=5, private"],
+            ),
+            (
+                &[b"no-cache=\"a, public\", public"],
+                &[b"no-cache=\"a, public\", private"],
+            ),
+            (
+                &[b"private=\"a\\\", no-store\", s-maxage = 3"],
+                &[b"private=\"a\\\", no-store\", private"],
+            ),
+            (&[b" , ,public,"], &[b"private"]),
+            (
+                &[b"max-age=4, a=\"unclosed, no-store"],
+                &[b"max-age=4, private"],
+            ),
+            (&[b"max-age=1", b"caf\xc3\xa9"], &[b"private"]),
+        ];
+        for (handler, expected) in cases {
+            let expected: Vec<Vec<u8>> = expected.iter().map(|v| v.to_vec()).collect();
+            assert_eq!(
+                kept_private(handler),
+                expected,
+                "{:?}",
+                handler
+                    .iter()
+                    .map(|v| String::from_utf8_lossy(v))
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+
+    proptest! {
+        /// Whatever the handler wrote, the response leaves with one
+        /// `Cache-Control` in which a shared cache finds `private` or
+        /// `no-store`, and no `public` it could read as leave to store.
+        #[test]
+        fn no_handler_value_lets_a_shared_cache_keep_a_paid_response(
+            values in proptest::collection::vec(
+                "[ a-zA-Z=,\"\\\\-]{0,40}|(public|private|no-store|s-maxage=1|max-age=2)(, ?(public|private|no-store|s-maxage=1|max-age=2)){0,3}",
+                0..3,
+            ),
+        ) {
+            let handler: Vec<&[u8]> = values.iter().map(|v| v.as_bytes()).collect();
+            let after = kept_private(&handler);
+            let unchanged = after == values.iter().map(|v| v.as_bytes().to_vec()).collect::<Vec<_>>();
+            let texts: Vec<String> = after
+                .iter()
+                .map(|v| String::from_utf8(v.clone()).expect("text"))
+                .collect();
+            let found: Vec<&str> = texts.iter().flat_map(|t| directives(t)).collect();
+            let unqualified = |name: &str| found.iter().any(|d| d.eq_ignore_ascii_case(name));
+            prop_assert!(unqualified("private") || unqualified("no-store"), "{texts:?}");
+            if !unchanged {
+                prop_assert_eq!(after.len(), 1);
+                prop_assert!(!unqualified("public"), "{:?}", texts);
+            }
+        }
+    }
 }
