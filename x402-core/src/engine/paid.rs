@@ -297,6 +297,7 @@ impl PaidRequest {
         match &mut self.kind {
             Kind::Settled(receipt) => {
                 self.finished = true;
+                headers.reserve(PAID_HEADERS);
                 response::expose(headers);
                 response::keep_private(headers);
                 std::mem::take(receipt).add_to(headers);
@@ -320,6 +321,7 @@ impl PaidRequest {
         }
         // Paid for: delivered to its buyer only, never from a shared cache
         // to the next caller (replaced if settlement fails).
+        headers.reserve(PAID_HEADERS);
         response::keep_private(headers);
         if let Kind::Batch(call) = &self.kind {
             let charge = match charge(
@@ -565,6 +567,12 @@ impl Drop for PaidRequest {
         });
     }
 }
+
+/// The headers the engine adds to a paid response: `Cache-Control`, the
+/// expose list, and the receipt or the session calls left. Room for them is
+/// made at once: a handler's map sized for its own headers (axum's `Json`
+/// makes room for two) would otherwise grow twice.
+const PAID_HEADERS: usize = 3;
 
 /// A settlement, owned by the task that runs it.
 struct Settlement {

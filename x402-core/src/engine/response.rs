@@ -1,7 +1,10 @@
 //! Every response the engine makes, mapped in one place.
 
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use http::{
+    header::{self, Entry},
+    HeaderMap, HeaderName, HeaderValue, Response, StatusCode,
+};
 
 pub use crate::refusal::Refusal;
 use crate::{
@@ -234,40 +237,40 @@ const PRIVATE: HeaderValue = HeaderValue::from_static("private");
 /// `max-age=60, private`. A value that is not text is replaced by
 /// `private`.
 pub(crate) fn keep_private(headers: &mut HeaderMap) {
-    let merged = {
-        let mut values = headers.get_all(header::CACHE_CONTROL).iter().peekable();
-        if values.peek().is_none() {
-            headers.insert(header::CACHE_CONTROL, PRIVATE);
+    // One lookup: most handlers send no `Cache-Control`.
+    let mut entry = match headers.entry(header::CACHE_CONTROL) {
+        Entry::Vacant(vacant) => {
+            vacant.insert(PRIVATE);
             return;
         }
-        let mut merged = String::new();
-        for value in values {
-            let Ok(text) = value.to_str() else {
-                merged.clear();
-                break;
-            };
-            for directive in directives(text) {
-                let (name, argument) = match directive.split_once('=') {
-                    Some((name, argument)) => (name.trim_end(), Some(argument)),
-                    None => (directive, None),
-                };
-                let is = |n: &str| name.eq_ignore_ascii_case(n);
-                if argument.is_none() && (is("private") || is("no-store")) {
-                    return;
-                }
-                if is("public") || is("s-maxage") {
-                    continue;
-                }
-                merged.push_str(directive);
-                merged.push_str(", ");
-            }
-        }
-        merged.push_str("private");
-        merged
+        Entry::Occupied(entry) => entry,
     };
-    // Built from header values and ASCII: always a header value.
-    let value = HeaderValue::try_from(merged).unwrap_or(PRIVATE);
-    headers.insert(header::CACHE_CONTROL, value);
+    let mut merged = String::new();
+    for value in entry.iter() {
+        let Ok(text) = value.to_str() else {
+            merged.clear();
+            break;
+        };
+        for directive in directives(text) {
+            let (name, argument) = match directive.split_once('=') {
+                Some((name, argument)) => (name.trim_end(), Some(argument)),
+                None => (directive, None),
+            };
+            let is = |n: &str| name.eq_ignore_ascii_case(n);
+            if argument.is_none() && (is("private") || is("no-store")) {
+                return;
+            }
+            if is("public") || is("s-maxage") {
+                continue;
+            }
+            merged.push_str(directive);
+            merged.push_str(", ");
+        }
+    }
+    merged.push_str("private");
+    // Built from header values and ASCII: always a header value. Replaces
+    // every value the handler gave.
+    entry.insert(HeaderValue::try_from(merged).unwrap_or(PRIVATE));
 }
 
 /// The directives of a `Cache-Control` value, trimmed, empty ones left
