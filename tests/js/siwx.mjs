@@ -18,7 +18,8 @@
 //
 // Output: exactly one JSON line on stdout
 //   {"status": <int>, "body": <string>, "proof": <SIGN-IN-WITH-X value sent|null>,
-//    "error": <the final 402's PAYMENT-REQUIRED "error"|null>}
+//    "error": <the final 402's PAYMENT-REQUIRED "error"|null>,
+//    "cacheControl": <the final response's Cache-Control|null>}
 // Exit 0 whenever the HTTP exchange completed (any status); 1 if the client threw;
 // 2 on bad arguments. The private key is never printed.
 
@@ -105,7 +106,8 @@ async function main() {
   const response = await run();
   const body = await response.text();
   const error = response.status === 402 ? (challengeOf(response)?.error ?? null) : null;
-  process.stdout.write(`${JSON.stringify({ status: response.status, body, proof: sent, error })}\n`);
+  const cacheControl = response.headers.get("cache-control");
+  process.stdout.write(`${JSON.stringify({ status: response.status, body, proof: sent, error, cacheControl })}\n`);
 }
 
 main().then(

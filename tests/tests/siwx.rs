@@ -31,6 +31,7 @@ struct SignIn {
     body: Value,
     proof: Option<String>,
     error: Option<String>,
+    cache_control: Option<String>,
 }
 
 /// Runs `node tests/js/siwx.mjs --url URL --key KEY extra...`.
@@ -62,6 +63,7 @@ async fn siwx(url: &str, key: &str, extra: &[&str]) -> SignIn {
             .unwrap_or(Value::Null),
         proof: json["proof"].as_str().map(str::to_owned),
         error: json["error"].as_str().map(str::to_owned),
+        cache_control: json["cacheControl"].as_str().map(str::to_owned),
     }
 }
 
@@ -104,6 +106,8 @@ async fn pay_once_then_sign_in(server: Start) {
     assert_eq!(signed.status, 200, "{signed:?}");
     assert_eq!(signed.body["run"], 2, "{signed:?}");
     assert_eq!(signed.body["signedIn"], true, "{signed:?}");
+    // The signed-in buyer's response is theirs: no shared cache keeps it.
+    assert_eq!(signed.cache_control.as_deref(), Some("private"));
     assert_eq!(
         signed.body["payer"],
         chain.payer.to_checksum(None),

@@ -87,6 +87,7 @@ fn json_error(status: StatusCode, reason: &str) -> EngineResponse {
 fn fallback() -> EngineResponse {
     let mut r = Response::new(Bytes::from_static(b"{\"error\":\"internal_error\"}"));
     *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    r.headers_mut().insert(header::CACHE_CONTROL, NO_STORE);
     r
 }
 
