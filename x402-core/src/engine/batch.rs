@@ -591,10 +591,7 @@ impl Engine {
             HeaderValue::from_static("application/json"),
         );
         response::expose(headers);
-        headers.insert(
-            http::header::CACHE_CONTROL,
-            HeaderValue::from_static("no-store"),
-        );
+        headers.insert(http::header::CACHE_CONTROL, response::NO_STORE);
         headers.extend(receipt_headers(&json));
         response
     }

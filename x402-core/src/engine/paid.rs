@@ -294,6 +294,7 @@ impl PaidRequest {
         headers: &mut HeaderMap,
     ) -> Completion {
         let overrides = headers.remove(meter::SETTLEMENT_OVERRIDES);
+        let failed = status.is_client_error() || status.is_server_error();
         match &mut self.kind {
             Kind::Settled(receipt) => {
                 self.finished = true;
@@ -308,14 +309,14 @@ impl PaidRequest {
             }
             Kind::Spent => {
                 self.finished = true;
-                if !(status.is_client_error() || status.is_server_error()) {
+                if !failed {
                     response::keep_private(headers);
                 }
                 return Completion::Deliver;
             }
             Kind::Payment(_) | Kind::Session { .. } | Kind::Batch(_) => {}
         }
-        if status.is_client_error() || status.is_server_error() {
+        if failed {
             self.cancel(CancelReason::HandlerFailed(status)).await;
             return Completion::Deliver;
         }

@@ -64,7 +64,8 @@ impl ChallengeParts<'_> {
     }
 }
 
-const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
+/// `Cache-Control` of every answer the engine makes itself.
+pub(crate) const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
 
 fn base(status: StatusCode) -> http::response::Builder {
